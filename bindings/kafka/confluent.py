@@ -1,0 +1,171 @@
+"""confluent-kafka (librdkafka) behind the engine's Kafka protocols."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from pyharvest.core.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap, ProduceError, TopicError
+
+__all__ = ["ConfluentClients", "ConfluentLeaderConsumer", "ConfluentProducer", "delivery_error"]
+
+log = logging.getLogger("pyharvest.kafka")
+
+# Errors that recur however often the same record is sent: a poison record, not a passing fault.
+_POISON_CODES = frozenset(
+    code
+    for code in (
+        getattr(KafkaError, name, None)
+        for name in (
+            "MSG_SIZE_TOO_LARGE",
+            "_MSG_SIZE_TOO_LARGE",
+            "TOPIC_EXCEPTION",
+            "INVALID_RECORD",
+            "CORRUPT_MESSAGE",
+            "INVALID_REQUIRED_ACKS",
+            "RECORD_LIST_TOO_LARGE",
+            "TOPIC_AUTHORIZATION_FAILED",
+            "_INVALID_ARG",
+            "_UNKNOWN_TOPIC",
+            "UNKNOWN_TOPIC_OR_PART",
+        )
+    )
+    if code is not None
+)
+
+
+def delivery_error(err: KafkaError) -> DeliveryError:
+    return DeliveryError(err.name() or str(err.code()), err.str(), retriable=err.code() not in _POISON_CODES)
+
+
+def _client_config(config: KafkaConfigMap) -> dict[str, object]:
+    # librdkafka logs through stderr by default; route its logs into Python logging instead.
+    return {**config, "logger": logging.getLogger("pyharvest.librdkafka")}
+
+
+class ConfluentProducer:
+    def __init__(self, config: KafkaConfigMap) -> None:
+        try:
+            self._producer = Producer(_client_config(config))
+        except KafkaException as e:
+            raise TopicError(f"invalid Kafka producer configuration: {e.args[0].str()}") from None
+
+    def produce(
+        self,
+        topic: str,
+        key: str,
+        value: bytes | str | None,
+        headers: Sequence[tuple[str, str | bytes]],
+        on_delivery: DeliveryCallback,
+        partition: int | None = None,
+    ) -> None:
+        def delivered(err: KafkaError | None, _msg: object) -> None:
+            on_delivery(None if err is None else delivery_error(err))
+
+        kwargs: dict[str, object] = {"key": key, "value": value, "on_delivery": delivered}
+        if headers:
+            kwargs["headers"] = list(headers)
+        if partition is not None:
+            kwargs["partition"] = partition
+        while True:
+            try:
+                self._producer.produce(topic, **kwargs)
+                return
+            except BufferError:
+                # The local queue is full: the delivery thread is draining it; wait for room.
+                time.sleep(0.005)
+            except KafkaException as e:
+                raise ProduceError(delivery_error(e.args[0])) from None
+
+    def poll(self, timeout: float) -> int:
+        return int(self._producer.poll(timeout))
+
+    def flush(self, timeout: float) -> int:
+        return int(self._producer.flush(timeout))
+
+    def close(self) -> None:
+        # Deliberately no flush: the engine decides how long to wait for in-flight records.
+        self._producer.poll(0)
+
+
+class ConfluentLeaderConsumer:
+    def __init__(self, config: KafkaConfigMap) -> None:
+        try:
+            self._consumer = Consumer(_client_config(config))
+        except KafkaException as e:
+            raise TopicError(f"invalid Kafka consumer configuration: {e.args[0].str()}") from None
+        self._closed = False
+
+    def subscribe(
+        self,
+        topic: str,
+        on_assign: Callable[[list[int]], None],
+        on_revoke: Callable[[list[int]], None],
+    ) -> None:
+        def assigned(_c: Consumer, partitions: list[TopicPartition]) -> None:
+            on_assign([p.partition for p in partitions])
+
+        def revoked(_c: Consumer, partitions: list[TopicPartition]) -> None:
+            on_revoke([p.partition for p in partitions])
+
+        self._consumer.subscribe([topic], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
+
+    def poll(self, timeout: float) -> int:
+        received = 0
+        msg = self._consumer.poll(timeout)
+        while msg is not None:
+            err = msg.error()
+            if err is None:
+                received += 1
+            elif err.fatal():
+                raise KafkaException(err)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                log.debug("leader consumer: %s", err.str())
+            msg = self._consumer.poll(0)
+        return received
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._consumer.close()
+
+
+class ConfluentClients:
+    """The default :class:`~pyharvest.core.kafka.KafkaClients`."""
+
+    def producer(self, config: KafkaConfigMap) -> ConfluentProducer:
+        return ConfluentProducer(config)
+
+    def leader_consumer(self, config: KafkaConfigMap) -> ConfluentLeaderConsumer:
+        return ConfluentLeaderConsumer(config)
+
+    def ensure_topic(self, config: KafkaConfigMap, topic: str, partitions: int = 1, timeout: float = 10.0) -> None:
+        servers = config.get("bootstrap.servers")
+        admin_cfg = {k: v for k, v in config.items() if not k.startswith(("group.", "enable.auto", "auto.offset"))}
+        try:
+            admin = AdminClient(_client_config(admin_cfg))
+            metadata = admin.list_topics(timeout=timeout)
+        except KafkaException as e:
+            raise TopicError(
+                f"cannot reach Kafka at bootstrap.servers={servers!r} within {timeout:g}s: {e.args[0].str()}"
+            ) from None
+        if topic in metadata.topics and metadata.topics[topic].error is None:
+            return
+        futures = admin.create_topics([NewTopic(topic, partitions)], operation_timeout=timeout)
+        try:
+            futures[topic].result(timeout)
+        except KafkaException as e:
+            err = e.args[0]
+            if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+            raise TopicError(
+                f"topic {topic!r} does not exist and could not be created ({err.str()}); "
+                f"create it with {partitions} partition(s) or grant the harvester CREATE on it"
+            ) from None
+        except Exception as e:  # noqa: BLE001 - e.g. a timeout from the future
+            raise TopicError(f"topic {topic!r} could not be created within {timeout:g}s: {e}") from None
+        log.info("created topic %r with %d partition(s)", topic, partitions)

@@ -1,0 +1,46 @@
+"""The MP/R engine, Fast NELI leader election, configuration, events and metrics.
+
+Nothing here imports a database driver, SQLAlchemy or a Kafka client: the engine talks to
+the world through :class:`~pyharvest.core.binding.DatabaseBinding` and the protocols of
+:mod:`pyharvest.core.kafka`.
+"""
+
+from pyharvest.core.binding import DatabaseBinding
+from pyharvest.core.config import Config, Limits, LoggingConfig, ReaperConfig
+from pyharvest.core.errors import BindingError, ConfigError, HarvestError
+from pyharvest.core.events import (
+    Event,
+    EventHandler,
+    LeaderAcquired,
+    LeaderFenced,
+    LeaderRefreshed,
+    LeaderRevoked,
+    MeterRead,
+    MeterStats,
+)
+from pyharvest.core.harvest import Harvest, State
+from pyharvest.core.records import InvalidRecordError, OutboxRecord, validate_record
+
+__all__ = [
+    "BindingError",
+    "Config",
+    "ConfigError",
+    "DatabaseBinding",
+    "Event",
+    "EventHandler",
+    "Harvest",
+    "HarvestError",
+    "InvalidRecordError",
+    "LeaderAcquired",
+    "LeaderFenced",
+    "LeaderRefreshed",
+    "LeaderRevoked",
+    "Limits",
+    "LoggingConfig",
+    "MeterRead",
+    "MeterStats",
+    "OutboxRecord",
+    "ReaperConfig",
+    "State",
+    "validate_record",
+]

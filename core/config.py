@@ -1,0 +1,351 @@
+"""Harvester configuration: goharvest's fields and defaults, loaded from Python or YAML.
+
+A goharvest ``reaper.yaml`` loads unchanged: camelCase keys, Go-style durations. Python code
+uses snake_case attributes and seconds as floats. :meth:`Config.resolve` fills the defaults
+and validates, naming the offending field and the expected form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import socket
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from pyharvest.core.durations import format_duration, parse_duration
+from pyharvest.core.errors import ConfigError
+
+__all__ = ["Config", "Limits", "LoggingConfig", "ReaperConfig", "mask_data_source", "mask_kafka_config", "sanitise"]
+
+DEFAULT_DATA_SOURCE = "host=localhost port=5432 user=postgres password= dbname=postgres sslmode=disable"
+DEFAULT_BOOTSTRAP_SERVERS = "localhost:9092"
+
+# Kafka client properties whose values are secrets; matched case-insensitively.
+_SECRET_KAFKA_KEYS = re.compile(r"(password|secret|\.key\.pem|private\.key|token)", re.IGNORECASE)
+_VALID_KAFKA_NAME = re.compile(r"[^a-zA-Z0-9._-]")
+
+
+def sanitise(name: str) -> str:
+    """Replace characters Kafka does not allow in topic and group names, as goNELI does."""
+    return _VALID_KAFKA_NAME.sub("_", name)
+
+
+def mask_kafka_config(config: Mapping[str, object]) -> dict[str, object]:
+    return {k: ("***" if _SECRET_KAFKA_KEYS.search(k) else v) for k, v in config.items()}
+
+
+_URL_PASSWORD = re.compile(r"(?P<pre>://[^:/@?#]*:)(?P<pw>[^@/?#]*)(?P<post>@)")
+_LIBPQ_PASSWORD = re.compile(r"(?P<pre>\bpassword\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'|\S*)", re.IGNORECASE)
+_QUERY_PASSWORD = re.compile(r"(?P<pre>[?&](?:password|pwd)=)(?P<pw>[^&#]*)", re.IGNORECASE)
+
+
+def mask_data_source(data_source: str) -> str:
+    """Hide the password in a SQLAlchemy URL or a libpq ``key=value`` string."""
+    masked = _URL_PASSWORD.sub(lambda m: m["pre"] + ("***" if m["pw"] else "") + m["post"], data_source)
+    masked = _QUERY_PASSWORD.sub(lambda m: m["pre"] + "***", masked)
+    if "://" not in masked:
+        masked = _LIBPQ_PASSWORD.sub(lambda m: m["pre"] + ("***" if m["pw"] not in ("", "''") else m["pw"]), masked)
+    return masked
+
+
+# (python attribute, YAML key, kind)
+_DURATION, _INT = "duration", "int"
+
+
+@dataclass(slots=True)
+class Limits:
+    """Timing and sizing limits. ``None`` means "use the default" (see :meth:`resolve`).
+
+    Durations are seconds. Defaults follow goharvest's, except where noted in the docs.
+    """
+
+    io_error_backoff: float | None = None
+    poll_duration: float | None = None
+    min_poll_interval: float | None = None
+    max_poll_interval: float | None = None
+    heartbeat_timeout: float | None = None
+    drain_interval: float | None = None
+    queue_timeout: float | None = None
+    mark_backoff: float | None = None
+    max_in_flight_records: int | None = None
+    send_concurrency: int | None = None
+    send_buffer: int | None = None
+    mark_query_records: int | None = None
+    min_metrics_interval: float | None = None
+    shutdown_timeout: float | None = None
+
+    def resolve(self) -> Limits:
+        """A copy with every default filled in and every value validated."""
+        r = dataclasses.replace(self)
+        r.io_error_backoff = _dflt(r.io_error_backoff, 0.5)
+        r.poll_duration = _dflt(r.poll_duration, 0.001)
+        r.min_poll_interval = _dflt(r.min_poll_interval, 0.1)
+        r.heartbeat_timeout = _dflt(r.heartbeat_timeout, 5.0)
+        r.max_poll_interval = _dflt(r.max_poll_interval, r.heartbeat_timeout / 2)
+        r.queue_timeout = _dflt(r.queue_timeout, 30.0)
+        r.drain_interval = _dflt(r.drain_interval, min(r.max_poll_interval, r.queue_timeout))
+        r.mark_backoff = _dflt(r.mark_backoff, 0.01)
+        r.max_in_flight_records = _dflt(r.max_in_flight_records, 1000)
+        r.send_concurrency = _dflt(r.send_concurrency, 8)
+        r.send_buffer = _dflt(r.send_buffer, 10)
+        r.mark_query_records = _dflt(r.mark_query_records, 100)
+        r.min_metrics_interval = _dflt(r.min_metrics_interval, 5.0)
+        r.shutdown_timeout = _dflt(r.shutdown_timeout, 10.0)
+        r._validate()
+        return r
+
+    def _validate(self) -> None:
+        def at_least(name: str, minimum: float, unit: str = "") -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"limits.{_camel(name)}", f"expected a number, got {value!r}")
+            if value < minimum:
+                shown = format_duration(minimum) if unit == "s" else str(minimum)
+                raise ConfigError(f"limits.{_camel(name)}", f"must be at least {shown}, got {value!r}")
+
+        for name in ("io_error_backoff", "mark_backoff", "min_metrics_interval", "poll_duration", "min_poll_interval"):
+            at_least(name, 0, "s")
+        at_least("heartbeat_timeout", 0.001, "s")
+        at_least("drain_interval", 0.001, "s")
+        at_least("queue_timeout", 0.001, "s")
+        at_least("max_poll_interval", self.min_poll_interval or 0.001, "s")
+        at_least("shutdown_timeout", 0, "s")
+        for name in ("max_in_flight_records", "send_concurrency", "mark_query_records"):
+            at_least(name, 1)
+            if not isinstance(getattr(self, name), int):
+                raise ConfigError(f"limits.{_camel(name)}", f"expected a whole number, got {getattr(self, name)!r}")
+        at_least("send_buffer", 0)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None, prefix: str = "limits") -> Limits:
+        data = dict(data or {})
+        out = cls()
+        known = {_camel(f.name): f.name for f in fields(cls)}
+        for key, value in data.items():
+            attr = known.get(key)
+            if attr is None:
+                raise ConfigError(f"{prefix}.{key}", f"unknown key; expected one of: {', '.join(sorted(known))}")
+            if value is None:
+                continue
+            if attr in _INT_LIMITS:
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise ConfigError(f"{prefix}.{key}", f"expected a whole number, got {value!r}")
+                setattr(out, attr, value)
+            else:
+                try:
+                    setattr(out, attr, parse_duration(value, f"{prefix}.{key}"))
+                except ValueError as e:
+                    raise ConfigError("", str(e)) from None
+        return out
+
+    def to_mapping(self) -> dict[str, object]:
+        out: dict[str, object] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is not None:
+                out[_camel(f.name)] = v if f.name in _INT_LIMITS else format_duration(v)
+        return out
+
+
+_INT_LIMITS = frozenset({"max_in_flight_records", "send_concurrency", "send_buffer", "mark_query_records"})
+
+
+def _dflt(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def _camel(name: str) -> str:
+    special = {"leader_group_id": "leaderGroupID", "io_error_backoff": "ioErrorBackoff"}
+    if name in special:
+        return special[name]
+    head, *rest = name.split("_")
+    return head + "".join(p.capitalize() for p in rest)
+
+
+def _default_name() -> str:
+    return f"{sanitise(socket.gethostname() or 'localhost')}_{os.getpid()}_{int(time.time())}"
+
+
+def _program_name() -> str:
+    return sanitise(os.path.basename(sys.argv[0] or "python")) or "pyharvest"
+
+
+@dataclass(slots=True)
+class Config:
+    """What a harvester needs: where the outbox is, where Kafka is, and how to behave.
+
+    ``data_source`` is a SQLAlchemy URL (``postgresql+psycopg://user@host/db``,
+    ``sqlite:///outbox.db``, ...); for PostgreSQL a libpq ``key=value`` string is accepted
+    too. ``binding`` names the dialect plugin; by default it follows the URL's scheme.
+    ``leader_group_id`` defaults to the program's name and ``leader_topic`` to
+    ``<group>.neli``: give both a name that identifies the service.
+    """
+
+    base_kafka_config: dict[str, object] = field(default_factory=dict)
+    producer_kafka_config: dict[str, object] = field(default_factory=dict)
+    leader_topic: str = ""
+    leader_group_id: str = ""
+    data_source: str = ""
+    outbox_table: str = "outbox"
+    binding: str | None = None
+    name: str = ""
+    limits: Limits = field(default_factory=Limits)
+
+    def resolve(self) -> Config:
+        """A copy with defaults filled in, validated; raises :class:`ConfigError`."""
+        c = dataclasses.replace(self, limits=self.limits.resolve())
+        for fname in ("base_kafka_config", "producer_kafka_config"):
+            value = getattr(c, fname)
+            if value is None:
+                value = {}
+            if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+                raise ConfigError(_camel(fname), f"expected a mapping of Kafka properties, got {value!r}")
+            setattr(c, fname, dict(value))
+        c.base_kafka_config.setdefault("bootstrap.servers", DEFAULT_BOOTSTRAP_SERVERS)
+        for fname in ("leader_topic", "leader_group_id", "data_source", "outbox_table", "name"):
+            v = getattr(c, fname)
+            if not isinstance(v, str):
+                raise ConfigError(_camel(fname), f"expected a string, got {v!r}")
+        c.leader_group_id = c.leader_group_id or _program_name()
+        c.leader_topic = c.leader_topic or f"{c.leader_group_id}.neli"
+        c.data_source = c.data_source or DEFAULT_DATA_SOURCE
+        c.name = c.name or _default_name()
+        if not c.outbox_table:
+            raise ConfigError("outboxTable", "must name the outbox table, e.g. 'outbox' or 'myschema.outbox'")
+        for fname, label in (("leader_topic", "topic"), ("leader_group_id", "group id")):
+            v = getattr(c, fname)
+            if _VALID_KAFKA_NAME.search(v) or len(v) > 249:
+                raise ConfigError(
+                    _camel(fname), f"{v!r} is not a valid Kafka {label}: use 1-249 characters from [a-zA-Z0-9._-]"
+                )
+        if c.binding is not None and (not isinstance(c.binding, str) or not c.binding):
+            raise ConfigError("binding", f"expected the name of a dialect plugin, got {c.binding!r}")
+        return c
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], prefix: str = "harvest") -> Config:
+        """Build from goharvest's camelCase keys (the ``harvest:`` section of ``reaper.yaml``)."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(prefix, f"expected a mapping, got {type(data).__name__}")
+        c = cls()
+        known = {_camel(f.name): f.name for f in fields(cls)}
+        for key, value in data.items():
+            attr = known.get(key)
+            if attr is None:
+                raise ConfigError(f"{prefix}.{key}", f"unknown key; expected one of: {', '.join(sorted(known))}")
+            if attr == "limits":
+                c.limits = Limits.from_mapping(value, f"{prefix}.limits")
+            elif value is not None:
+                if attr in ("base_kafka_config", "producer_kafka_config") and not isinstance(value, Mapping):
+                    raise ConfigError(f"{prefix}.{key}", f"expected a mapping of Kafka properties, got {value!r}")
+                if attr not in ("base_kafka_config", "producer_kafka_config", "limits") and not isinstance(value, str):
+                    raise ConfigError(f"{prefix}.{key}", f"expected a string, got {value!r}")
+                setattr(c, attr, dict(value) if isinstance(value, Mapping) else value)
+        return c
+
+    def to_mapping(self, mask_secrets: bool = True) -> dict[str, object]:
+        out: dict[str, object] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "limits":
+                out["limits"] = v.to_mapping()
+            elif f.name in ("base_kafka_config", "producer_kafka_config"):
+                out[_camel(f.name)] = mask_kafka_config(v) if mask_secrets else dict(v)
+            elif f.name == "data_source" and mask_secrets:
+                out["dataSource"] = mask_data_source(v)
+            else:
+                out[_camel(f.name)] = v
+        return out
+
+    def __repr__(self) -> str:
+        # Never let a password reach a log line through repr().
+        return f"Config({self.to_mapping(mask_secrets=True)!r})"
+
+    __str__ = __repr__
+
+
+_LOG_LEVELS = {
+    "trace": 5,
+    "debug": 10,
+    "info": 20,
+    "warn": 30,
+    "warning": 30,
+    "error": 40,
+    "off": 100,
+}
+
+
+@dataclass(slots=True)
+class LoggingConfig:
+    level: str = "info"
+    json: bool = False
+
+    @property
+    def numeric_level(self) -> int:
+        return _LOG_LEVELS[self.level.lower()]
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> LoggingConfig:
+        data = dict(data or {})
+        out = cls()
+        for key, value in data.items():
+            if key == "level":
+                if not isinstance(value, str) or value.lower() not in _LOG_LEVELS:
+                    raise ConfigError(
+                        "logging.level", f"expected one of {', '.join(k.capitalize() for k in _LOG_LEVELS)}, got {value!r}"
+                    )
+                out.level = value
+            elif key == "json":
+                if not isinstance(value, bool):
+                    raise ConfigError("logging.json", f"expected true or false, got {value!r}")
+                out.json = value
+            else:
+                raise ConfigError(f"logging.{key}", "unknown key; expected one of: json, level")
+        return out
+
+
+@dataclass(slots=True)
+class ReaperConfig:
+    """The whole of ``reaper.yaml``: a ``harvest:`` section and a ``logging:`` section."""
+
+    harvest: Config
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> ReaperConfig:
+        if not isinstance(data, Mapping):
+            raise ConfigError("", "the configuration file must hold a mapping with a 'harvest:' section")
+        unknown = set(data) - {"harvest", "logging", "metrics", "inbox"}
+        if unknown:
+            raise ConfigError(
+                sorted(unknown)[0], "unknown top-level section; expected 'harvest' and optionally 'logging'"
+            )
+        if "harvest" not in data:
+            raise ConfigError("harvest", "missing section; the configuration file needs a 'harvest:' mapping")
+        extra = {k: v for k, v in data.items() if k not in ("harvest", "logging")}
+        return cls(Config.from_mapping(data["harvest"] or {}), LoggingConfig.from_mapping(data.get("logging")), extra)
+
+    @classmethod
+    def from_yaml(cls, text: str, source: str = "<string>") -> ReaperConfig:
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ConfigError("", f"{source} is not valid YAML: {e}") from None
+        return cls.from_mapping(data if data is not None else {})
+
+    @classmethod
+    def load(cls, path: str) -> ReaperConfig:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise ConfigError("", f"cannot read configuration file {path!r}: {e.strerror}") from None
+        return cls.from_yaml(text, path)

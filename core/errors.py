@@ -1,0 +1,22 @@
+"""Exceptions a user may catch. Every message says what was wrong and what to do about it."""
+
+from __future__ import annotations
+
+__all__ = ["BindingError", "ConfigError", "HarvestError"]
+
+
+class HarvestError(Exception):
+    """Base of pyharvest's own exceptions."""
+
+
+class ConfigError(HarvestError, ValueError):
+    """A configuration value is missing or malformed; the message names the field and the expected form."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}" if field else problem)
+        self.field = field
+        self.problem = problem
+
+
+class BindingError(HarvestError):
+    """The database binding cannot work: unknown dialect, missing table, wrong columns, no privileges."""

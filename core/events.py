@@ -1,0 +1,76 @@
+"""Events a harvester emits to the handler given to :meth:`Harvest.set_event_handler`.
+
+Handlers run on the harvester's own threads, synchronously: a handler of
+:class:`LeaderRevoked` may block to wrap up leader-only work before a new leader is elected;
+a handler of :class:`LeaderFenced` must return promptly, as another leader may already be
+starting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = [
+    "Event",
+    "EventHandler",
+    "LeaderAcquired",
+    "LeaderFenced",
+    "LeaderRefreshed",
+    "LeaderRevoked",
+    "MeterRead",
+    "MeterStats",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAcquired:
+    """This process became the leader; ``leader_id`` marks the records it harvests."""
+
+    leader_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRefreshed:
+    """A new leader id was generated to force a remark (after a delivery error, a failed mark or a missed deadline)."""
+
+    leader_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRevoked:
+    """Leadership was handed over by a group rebalance. Publishing has stopped."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderFenced:
+    """No heartbeat came back within the deadline: this process stopped publishing, on the
+    assumption that another leader may be elected."""
+
+
+@dataclass(frozen=True, slots=True)
+class MeterStats:
+    """Throughput over the last interval and since the start."""
+
+    name: str
+    total: int
+    interval_count: int
+    interval_seconds: float
+    rate_per_second: float
+
+    def __str__(self) -> str:
+        return (
+            f"{self.name}: total={self.total} last {self.interval_seconds:.1f}s: "
+            f"{self.interval_count} ({self.rate_per_second:.1f}/s)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MeterRead:
+    """Periodic throughput statistics, at most once per ``limits.minMetricsInterval``."""
+
+    stats: MeterStats
+
+
+Event = LeaderAcquired | LeaderRefreshed | LeaderRevoked | LeaderFenced | MeterRead
+EventHandler = Callable[[Event], None]

@@ -1,0 +1,555 @@
+"""The MP/R engine: mark, publish, purge on ack, reset on failure.
+
+Two threads share the work, as in goharvest's minimal algorithm:
+
+* the **main loop** pulses leader election, marks batches of the oldest rows and dispatches
+  them to the producer;
+* the **delivery thread** serves the producer's delivery reports, purges acknowledged rows
+  and resets failed ones in batches, then lowers the per-key barriers.
+
+Where goharvest blocks the sender on a key whose previous record is still in flight, this
+engine *parks* the record behind that key and lets the delivery thread send it the moment the
+key's barrier drops, so one busy key never holds up the others. Parked records count against
+``maxInFlightRecords``, which keeps memory bounded by the limit whatever the backlog.
+
+Invariants (they are what per-key order rests on):
+
+1. at most one record per key is in flight;
+2. a key's barrier drops only after its record was purged (or reset) in the database, so a
+   successor is never published while its predecessor could still be republished;
+3. ``force_remark`` is raised *before* a failed record is reset, so nothing marked behind it
+   is dispatched once its barrier drops; a remark waits until nothing is in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from enum import Enum
+from typing import Any
+
+from pyharvest.core.binding import DatabaseBinding
+from pyharvest.core.config import Config, mask_data_source, mask_kafka_config
+from pyharvest.core.errors import HarvestError
+from pyharvest.core.events import (
+    Event,
+    EventHandler,
+    LeaderAcquired,
+    LeaderFenced,
+    LeaderRefreshed,
+    LeaderRevoked,
+    MeterRead,
+)
+from pyharvest.core.kafka import DeliveryError, KafkaClients, ProduceError, Producer
+from pyharvest.core.metrics import HarvestMetrics, Meter
+from pyharvest.core.neli import LeaderStatus, Neli
+from pyharvest.core.records import OutboxRecord
+
+__all__ = ["Harvest", "State"]
+
+log = logging.getLogger("pyharvest.harvest")
+
+# A delivery.timeout.ms of 5 minutes (librdkafka's default) would stall a remark for that long
+# when the broker is unreachable; a leader must learn the fate of its in-flight records sooner.
+DEFAULT_DELIVERY_TIMEOUT_MS = 10_000
+
+
+class State(Enum):
+    CREATED = "created"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class _Flight:
+    """One dispatched record; called once with its delivery outcome."""
+
+    __slots__ = ("record", "error", "_sink")
+
+    def __init__(self, record: OutboxRecord, sink: Callable[[_Flight], None]) -> None:
+        self.record = record
+        self.error: DeliveryError | None = None
+        self._sink = sink
+
+    def __call__(self, error: DeliveryError | None) -> None:
+        self.error = error
+        self._sink(self)
+
+
+class Harvest:
+    """Harvests an outbox table into Kafka. Start it, and stop it when done::
+
+        with Harvest(config, binding=binding, kafka=clients) as harvest:
+            ...
+
+    Most users build it through :class:`pyharvest.Harvest`, which supplies the SQL binding
+    and the confluent-kafka clients from the config.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        binding: DatabaseBinding | Callable[[], DatabaseBinding],
+        kafka: KafkaClients,
+    ) -> None:
+        self.config = config.resolve()
+        self._binding_source = binding
+        self._binding: DatabaseBinding | None = None
+        self._kafka = kafka
+        limits = self.config.limits
+        self._max_in_flight: int = limits.max_in_flight_records  # type: ignore[assignment]
+        self._mark_size: int = min(limits.mark_query_records, self._max_in_flight)  # type: ignore[type-var]
+        # Marking waits until this much of the window is free: many tiny marks under load would
+        # cost a statement each for a handful of records.
+        self._mark_threshold = max(1, min(self._mark_size, self._max_in_flight // 2))
+
+        self._state = State.CREATED
+        self._lock = threading.Condition(threading.Lock())
+        self._stopping = threading.Event()
+        self._crash: BaseException | None = None
+        self._event_handler: EventHandler = lambda e: None
+
+        self._leader_id: str | None = None
+        self._leading = False
+        self._force_remark = False
+        self._in_flight = 0
+        self._in_flight_keys: set[str] = set()
+        self._parked: dict[str, deque[OutboxRecord]] = {}
+        self._parked_since: dict[str, float] = {}
+        self._parked_count = 0
+        self._deliveries: deque[_Flight] = deque()
+        self._shutdown_deadline: float | None = None
+
+        self.metrics = HarvestMetrics()
+        self._meter = Meter("throughput", limits.min_metrics_interval)  # type: ignore[arg-type]
+        self._neli: Neli | None = None
+        self._producer: Producer | None = None
+        self._main_thread: threading.Thread | None = None
+        self._delivery_thread: threading.Thread | None = None
+        self._stopped = threading.Event()
+        self._main_done = threading.Event()
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader_id is not None
+
+    @property
+    def leader_id(self) -> str | None:
+        return self._leader_id
+
+    @property
+    def in_flight_records(self) -> int:
+        return self._in_flight
+
+    @property
+    def in_flight_record_keys(self) -> list[str]:
+        with self._lock:
+            return list(self._in_flight_keys)
+
+    @property
+    def backlog_in_memory(self) -> int:
+        """Marked records waiting behind an in-flight record of the same key."""
+        return self._parked_count
+
+    def set_event_handler(self, handler: EventHandler) -> None:
+        """Register a callback for :mod:`pyharvest.core.events`; set it before :meth:`start`."""
+        if self._state is not State.CREATED:
+            raise HarvestError("set the event handler before starting the harvester")
+        self._event_handler = handler
+
+    def start(self) -> None:
+        """Connect and start harvesting in the background. Errors at start-up (unreachable
+        database, missing table, unreachable broker) are raised here."""
+        if self._state is not State.CREATED:
+            raise HarvestError(f"cannot start a harvester that is {self._state.value}")
+        cfg = self.config
+        log.info(
+            "starting harvester %s: outbox %r at %s, Kafka %s",
+            cfg.name,
+            cfg.outbox_table,
+            mask_data_source(cfg.data_source),
+            mask_kafka_config(cfg.base_kafka_config),
+        )
+        try:
+            source = self._binding_source
+            self._binding = source if isinstance(source, DatabaseBinding) else source()
+            self._producer = self._kafka.producer(self._producer_config())
+            limits = cfg.limits
+            self._neli = Neli(
+                self._kafka,
+                cfg.base_kafka_config,
+                cfg.leader_topic,
+                cfg.leader_group_id,
+                cfg.name,
+                heartbeat_timeout=limits.heartbeat_timeout,  # type: ignore[arg-type]
+                min_poll_interval=limits.min_poll_interval,  # type: ignore[arg-type]
+                poll_duration=limits.poll_duration,  # type: ignore[arg-type]
+                on_status=self._on_leader_status,
+            )
+            self._neli.start()
+        except BaseException:
+            self._dispose_resources()
+            self._state = State.STOPPED
+            self._stopped.set()
+            raise
+        self._state = State.RUNNING
+        self._delivery_thread = threading.Thread(target=self._delivery_loop, name="pyharvest-delivery", daemon=True)
+        self._main_thread = threading.Thread(target=self._main_loop, name="pyharvest-main", daemon=True)
+        self._delivery_thread.start()
+        self._main_thread.start()
+
+    def stop(self) -> None:
+        """Ask the harvester to stop; returns at once. In-flight records are given
+        ``limits.shutdownTimeout`` to be acknowledged and purged; any left are picked up by
+        the next leader. Use :meth:`join` to wait."""
+        if self._state is State.CREATED:
+            self._state = State.STOPPED
+            self._stopped.set()
+            return
+        self._stopping.set()
+        with self._lock:
+            self._lock.notify_all()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until stopped; re-raise whatever crashed it. Returns False on timeout."""
+        if not self._stopped.wait(timeout):
+            return False
+        if self._crash is not None:
+            raise self._crash
+        return True
+
+    def __enter__(self) -> Harvest:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self.join()
+
+    # ------------------------------------------------------------------ configuration
+
+    def _producer_config(self) -> dict[str, object]:
+        cfg: dict[str, object] = {**self.config.base_kafka_config, **self.config.producer_kafka_config}
+        # Idempotence keeps librdkafka's internal retries from reordering or duplicating a partition.
+        cfg["enable.idempotence"] = True
+        if "delivery.timeout.ms" not in cfg and "message.timeout.ms" not in cfg:
+            cfg["delivery.timeout.ms"] = DEFAULT_DELIVERY_TIMEOUT_MS
+        return cfg
+
+    # ------------------------------------------------------------------ events
+
+    def _emit(self, event: Event) -> None:
+        try:
+            self._event_handler(event)
+        except Exception:  # noqa: BLE001 - a faulty handler must not break harvesting
+            log.exception("event handler raised on %r", event)
+
+    def _on_leader_status(self, status: LeaderStatus) -> None:
+        if status is LeaderStatus.ACQUIRED:
+            leader_id = str(uuid.uuid4())
+            with self._lock:
+                self._leader_id = leader_id
+                self._force_remark = False
+                self._leading = True
+            self.metrics.leader_acquisitions += 1
+            log.info("elected leader, leader id %s", leader_id)
+            self._emit(LeaderAcquired(leader_id))
+        else:
+            self._quiesce(f"leadership {status.value}")
+            self._leader_id = None
+            self._emit(LeaderRevoked() if status is LeaderStatus.REVOKED else LeaderFenced())
+
+    # ------------------------------------------------------------------ main loop
+
+    def _main_loop(self) -> None:
+        assert self._neli is not None
+        neli = self._neli
+        min_poll = self.config.limits.min_poll_interval or 0.001
+        try:
+            while not self._stopping.is_set():
+                if neli.pulse():
+                    self._lead_step()
+                else:
+                    self._stopping.wait(min(neli.poll_due(), min_poll) or min_poll)
+        except BaseException as e:  # noqa: BLE001 - reported through join()
+            log.exception("harvester crashed")
+            self._crash = e
+        finally:
+            self._shutdown()
+
+    def _lead_step(self) -> None:
+        assert self._neli is not None and self._binding is not None
+        limits = self.config.limits
+        if self._force_remark:
+            self._quiesce("remark")
+            self._refresh_leader()
+            return
+        self._check_queue_deadline()
+        free = self._max_in_flight - self._in_flight - self._parked_count
+        if free < self._mark_threshold:
+            with self._lock:
+                if self._max_in_flight - self._in_flight - self._parked_count < self._mark_threshold and not self._force_remark:
+                    self._lock.wait(max(self._neli.poll_due(), 0.001))
+            return
+        leader_id = self._leader_id
+        if leader_id is None:
+            return
+        started = time.monotonic()
+        try:
+            records = self._binding.mark(leader_id, min(self._mark_size, free))
+        except Exception as e:  # noqa: BLE001 - the mark may have committed: remark
+            self.metrics.mark_errors += 1
+            log.warning("mark failed, will remark under a new leader id: %s", _one_line(e))
+            with self._lock:
+                self._force_remark = True
+            self._stopping.wait(limits.io_error_backoff)
+            return
+        elapsed = time.monotonic() - started
+        self.metrics.marks += 1
+        self.metrics.observe(self.metrics.mark_seconds, elapsed)
+        if self._neli.since_last_poll > limits.max_poll_interval:  # type: ignore[operator]
+            # Leadership may have changed while the mark ran; publish nothing we are unsure of.
+            log.warning(
+                "exceeded the poll deadline (%.2fs > %.2fs) while marking; remarking",
+                self._neli.since_last_poll,
+                limits.max_poll_interval,
+            )
+            with self._lock:
+                self._force_remark = True
+            return
+        if records:
+            self.metrics.records_marked += len(records)
+            self._dispatch(records)
+        else:
+            self._stopping.wait(limits.mark_backoff)
+
+    def _dispatch(self, records: Sequence[OutboxRecord]) -> None:
+        to_send: list[OutboxRecord] = []
+        now = time.monotonic()
+        with self._lock:
+            if self._force_remark or not self._leading:
+                return
+            in_flight_keys, parked = self._in_flight_keys, self._parked
+            for rec in records:
+                key = rec.key
+                if key in in_flight_keys:
+                    queue = parked.get(key)
+                    if queue is None:
+                        parked[key] = queue = deque()
+                        self._parked_since[key] = now
+                    queue.append(rec)
+                    self._parked_count += 1
+                else:
+                    in_flight_keys.add(key)
+                    to_send.append(rec)
+            self._in_flight += len(to_send)
+        self._send(to_send)
+
+    def _send(self, records: Sequence[OutboxRecord]) -> None:
+        producer = self._producer
+        assert producer is not None
+        sink = self._deliveries.append
+        for rec in records:
+            flight = _Flight(rec, sink)
+            try:
+                producer.produce(rec.topic, rec.key, rec.value, rec.headers, flight)
+            except ProduceError as e:
+                flight(e.error)
+            except Exception as e:  # noqa: BLE001 - treated as a failed delivery: reset and remark
+                flight(DeliveryError("PRODUCE", _one_line(e)))
+        self.metrics.records_published += len(records)
+
+    def _check_queue_deadline(self) -> None:
+        if not self._parked_since:
+            return
+        timeout = self.config.limits.queue_timeout
+        oldest = min(self._parked_since.values(), default=None)
+        if oldest is not None and time.monotonic() - oldest > timeout:  # type: ignore[operator]
+            log.warning("a record waited over %.1fs behind its key's in-flight record; remarking", timeout)
+            with self._lock:
+                self._force_remark = True
+
+    def _refresh_leader(self) -> None:
+        leader_id = str(uuid.uuid4())
+        with self._lock:
+            self._leader_id = leader_id
+            self._force_remark = False
+            self._leading = True
+        self.metrics.leader_refreshes += 1
+        log.info("refreshed leader id to %s: unacknowledged records will be remarked", leader_id)
+        self._emit(LeaderRefreshed(leader_id))
+
+    def _quiesce(self, reason: str) -> None:
+        """Stop dispatching, forget parked records (they stay marked, and a remark under a new
+        leader id takes them again) and wait until nothing is in flight."""
+        with self._lock:
+            self._leading = False
+            self._parked.clear()
+            self._parked_since.clear()
+            self._parked_count = 0
+            waited_from = time.monotonic()
+            while self._in_flight > 0:
+                deadline = self._shutdown_deadline
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+                if self._delivery_thread is not None and not self._delivery_thread.is_alive():
+                    break
+                self._lock.wait(0.1)
+        if self._in_flight:
+            log.warning("%d records still in flight after %s; the next leader will remark them", self._in_flight, reason)
+        else:
+            log.debug("quiesced for %s in %.3fs", reason, time.monotonic() - waited_from)
+
+    # ------------------------------------------------------------------ delivery thread
+
+    def _delivery_loop(self) -> None:
+        producer = self._producer
+        assert producer is not None
+        try:
+            while not (self._main_done.is_set() and not self._deliveries):
+                producer.poll(0.05)
+                if self._deliveries:
+                    self._process_deliveries()
+        except BaseException as e:  # noqa: BLE001
+            log.exception("delivery thread crashed")
+            self._crash = self._crash or e
+            self.stop()
+        finally:
+            with self._lock:
+                self._lock.notify_all()
+
+    def _process_deliveries(self) -> None:
+        deliveries = self._deliveries
+        batch: list[_Flight] = []
+        pop = deliveries.popleft
+        while deliveries:
+            batch.append(pop())
+        acked = [f.record.id for f in batch if f.error is None]
+        failed = [f for f in batch if f.error is not None]
+        if failed:
+            with self._lock:
+                self._force_remark = True
+            for f in failed:
+                err = f.error
+                assert err is not None
+                key = err.code
+                self.metrics.delivery_errors[key] = self.metrics.delivery_errors.get(key, 0) + 1
+            first = failed[0]
+            log.warning(
+                "%d deliveries failed (first: record %s key %r: %s); resetting them for a remark",
+                len(failed), first.record.id, first.record.key, first.error,
+            )
+        binding = self._binding
+        assert binding is not None
+        if acked:
+            started = time.monotonic()
+            purged = self._with_retry("purge", binding.purge, acked)
+            self.metrics.observe(self.metrics.purge_seconds, time.monotonic() - started)
+            if purged is not None:
+                self.metrics.purge_statements += 1
+                self.metrics.records_purged += purged
+                if purged != len(acked):
+                    log.warning("purged %d of %d acknowledged records; the rest were already gone", purged, len(acked))
+        if failed:
+            reset = self._with_retry("reset", binding.reset, [f.record.id for f in failed])
+            if reset is not None:
+                self.metrics.reset_statements += 1
+                self.metrics.records_reset += reset
+        self._release(batch)
+        stats = self._meter.add(len(acked))
+        if stats is not None:
+            log.debug("%s", stats)
+            self._emit(MeterRead(stats))
+
+    def _release(self, batch: Sequence[_Flight]) -> None:
+        to_send: list[OutboxRecord] = []
+        now = time.monotonic()
+        with self._lock:
+            in_flight_keys, parked = self._in_flight_keys, self._parked
+            dispatching = self._leading and not self._force_remark
+            for f in batch:
+                key = f.record.key
+                queue = parked.get(key) if dispatching else None
+                if queue:
+                    to_send.append(queue.popleft())
+                    self._parked_count -= 1
+                    if queue:
+                        self._parked_since[key] = now
+                    else:
+                        del parked[key]
+                        del self._parked_since[key]
+                else:
+                    in_flight_keys.discard(key)
+                    self._in_flight -= 1
+            self._lock.notify_all()
+        if to_send:
+            self._send(to_send)
+
+    def _with_retry(self, what: str, op: Callable[[list[Any]], int], ids: list[Any]) -> int | None:
+        """Retry a purge or reset until it succeeds; give up only past the shutdown deadline,
+        leaving the rows marked for the next leader."""
+        backoff = self.config.limits.io_error_backoff or 0.0
+        attempt = 0
+        while True:
+            try:
+                return op(ids)
+            except Exception as e:  # noqa: BLE001
+                attempt += 1
+                self.metrics.db_errors += 1
+                deadline = self._shutdown_deadline
+                if deadline is not None and time.monotonic() > deadline:
+                    log.error("giving up on %s of %d records at shutdown: %s", what, len(ids), _one_line(e))
+                    return None
+                if attempt == 1 or attempt % 20 == 0:
+                    log.warning("%s of %d records failed (attempt %d), retrying: %s", what, len(ids), attempt, _one_line(e))
+                time.sleep(backoff)
+
+    # ------------------------------------------------------------------ shutdown
+
+    def _shutdown(self) -> None:
+        self._state = State.STOPPING
+        self._shutdown_deadline = time.monotonic() + (self.config.limits.shutdown_timeout or 0.0)
+        log.info("stopping harvester %s", self.config.name)
+        try:
+            self._quiesce("shutdown")
+            self._leader_id = None
+        finally:
+            self._main_done.set()
+            if self._delivery_thread is not None:
+                self._delivery_thread.join(max(0.0, self._shutdown_deadline - time.monotonic()) + 1.0)
+            self._dispose_resources()
+            self._state = State.STOPPED
+            log.info("harvester %s stopped", self.config.name)
+            self._stopped.set()
+
+    def _dispose_resources(self) -> None:
+        neli, self._neli = self._neli, None
+        producer, self._producer = self._producer, None
+        binding, self._binding = self._binding, None
+        for what, close in (
+            ("leader election", neli.close if neli is not None else None),
+            ("producer", producer.close if producer is not None else None),
+            ("database binding", binding.dispose if binding is not None else None),
+        ):
+            if close is None:
+                continue
+            try:
+                close()
+            except Exception as e:  # noqa: BLE001 - keep closing the rest
+                log.warning("error closing %s: %s", what, _one_line(e))
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"

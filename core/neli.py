@@ -1,0 +1,176 @@
+"""Fast NELI: leader election piggy-backed on a Kafka consumer group.
+
+The member that owns partition 0 of the leader topic is the leader. It publishes heartbeats
+to that partition and consumes them; if none comes back within ``heartbeat_timeout`` it
+assumes it has been cut off (the group may be reassigning the partition) and fences itself.
+A heartbeat that arrives later while it still owns the partition restores leadership.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from enum import Enum
+
+from pyharvest.core.kafka import DeliveryError, KafkaClients, KafkaConfigMap, LeaderConsumer, Producer
+
+__all__ = ["LeaderStatus", "Neli"]
+
+log = logging.getLogger("pyharvest.neli")
+
+
+class LeaderStatus(Enum):
+    ACQUIRED = "acquired"
+    REVOKED = "revoked"
+    FENCED = "fenced"
+
+
+class Neli:
+    """Runs on one thread: every call of :meth:`pulse` comes from the harvester's main loop,
+    and so do the callbacks (rebalance callbacks are served inside the consumer's poll)."""
+
+    def __init__(
+        self,
+        clients: KafkaClients,
+        kafka_config: KafkaConfigMap,
+        leader_topic: str,
+        group_id: str,
+        name: str,
+        *,
+        heartbeat_timeout: float,
+        min_poll_interval: float,
+        poll_duration: float,
+        on_status: Callable[[LeaderStatus], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._clients = clients
+        self._kafka_config = dict(kafka_config)
+        self.leader_topic = leader_topic
+        self.group_id = group_id
+        self.name = name
+        self._heartbeat_timeout = heartbeat_timeout
+        self._min_poll_interval = min_poll_interval
+        self._poll_duration = poll_duration
+        self._on_status = on_status
+        self._clock = clock
+        self._consumer: LeaderConsumer | None = None
+        self._producer: Producer | None = None
+        self._assigned = False
+        self._leader = False
+        self._last_received = 0.0
+        self._last_poll = float("-inf")
+        self._heartbeat_errors = 0
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader
+
+    @property
+    def since_last_poll(self) -> float:
+        """Seconds since the group was last polled: the harvester's max-poll-interval deadline."""
+        return self._clock() - self._last_poll
+
+    def start(self) -> None:
+        cfg = self._kafka_config
+        self._clients.ensure_topic(cfg, self.leader_topic, partitions=1)
+        hb_ms = max(1, int(self._heartbeat_timeout * 1000))
+        consumer_cfg = {
+            **cfg,
+            "group.id": self.group_id,
+            "enable.auto.commit": False,
+            # The group must not expire a live member before the member fences itself.
+            "session.timeout.ms": hb_ms * 3,
+            "auto.offset.reset": "latest",
+        }
+        producer_cfg = {**cfg, "linger.ms": 0, "delivery.timeout.ms": hb_ms}
+        self._consumer = self._clients.leader_consumer(consumer_cfg)
+        try:
+            self._producer = self._clients.producer(producer_cfg)
+            self._consumer.subscribe(self.leader_topic, self._assigned_cb, self._revoked_cb)
+        except BaseException:
+            self.close()
+            raise
+        log.info("joined leader group %r on topic %r as %s", self.group_id, self.leader_topic, self.name)
+
+    def poll_due(self) -> float:
+        """Seconds until the next poll is due (0 if it is due now)."""
+        return max(0.0, self._last_poll + self._min_poll_interval - self._clock())
+
+    def pulse(self) -> bool:
+        """Poll the group if a poll is due, publish a heartbeat if this member owns partition 0,
+        and return whether this member is the leader."""
+        if self.poll_due() > 0:
+            return self._leader
+        assert self._consumer is not None and self._producer is not None
+        self._last_poll = self._clock()
+        received = self._consumer.poll(self._poll_duration)
+        self._producer.poll(0)
+        if not self._assigned:
+            return self._leader
+        now = self._clock()
+        if received:
+            self._last_received = now
+            if not self._leader:
+                log.info("resumed leader status: a heartbeat came back")
+                self._leader = True
+                self._on_status(LeaderStatus.ACQUIRED)
+        elif self._leader and now - self._last_received > self._heartbeat_timeout:
+            log.warning(
+                "fenced: no heartbeat came back within %.1fs; stopping publication until one does",
+                self._heartbeat_timeout,
+            )
+            self._leader = False
+            self._on_status(LeaderStatus.FENCED)
+        if self._assigned:
+            self._send_heartbeat()
+        return self._leader
+
+    def _send_heartbeat(self) -> None:
+        assert self._producer is not None
+        value = f"{time.time_ns()}%{self.name}".encode()
+        try:
+            self._producer.produce(self.leader_topic, self.name, value, (), self._heartbeat_delivered, partition=0)
+        except Exception as e:  # noqa: BLE001 - a lost heartbeat is what fencing is for
+            self._heartbeat_delivered(DeliveryError("PRODUCE", str(e)))
+
+    def _heartbeat_delivered(self, error: DeliveryError | None) -> None:
+        if error is not None:
+            self._heartbeat_errors += 1
+            if self._heartbeat_errors == 1 or self._heartbeat_errors % 100 == 0:
+                log.warning("heartbeat not delivered (%d so far): %s", self._heartbeat_errors, error)
+        elif self._heartbeat_errors:
+            log.info("heartbeats delivered again after %d failures", self._heartbeat_errors)
+            self._heartbeat_errors = 0
+
+    def _assigned_cb(self, partitions: list[int]) -> None:
+        log.debug("assigned partitions %s of %r", partitions, self.leader_topic)
+        if 0 in partitions and not self._assigned:
+            self._assigned = True
+            self._leader = True
+            self._last_received = self._clock()
+            log.info("acquired leader status (partition 0 of %r assigned)", self.leader_topic)
+            self._on_status(LeaderStatus.ACQUIRED)
+
+    def _revoked_cb(self, partitions: list[int]) -> None:
+        log.debug("revoked partitions %s of %r", partitions, self.leader_topic)
+        if 0 in partitions and self._assigned:
+            self._assigned = False
+            was_leader, self._leader = self._leader, False
+            log.info("lost leader status (partition 0 of %r revoked)", self.leader_topic)
+            if was_leader:
+                self._on_status(LeaderStatus.REVOKED)
+
+    def close(self) -> None:
+        """Leave the group (a graceful departure lets the next leader take over at once)."""
+        consumer, self._consumer = self._consumer, None
+        producer, self._producer = self._producer, None
+        try:
+            if consumer is not None:
+                consumer.close()
+        finally:
+            if producer is not None:
+                producer.flush(1.0)
+                producer.close()
+        if self._leader:
+            self._leader = False

@@ -1,0 +1,45 @@
+"""pyharvest: a transactional outbox relay from SQL databases to Kafka.
+
+Write records with :mod:`pyharvest.stasher` inside your own transactions; run
+:class:`Harvest` (or the ``reaper`` command) to publish them to Kafka in causal order per
+key, at least once, with one leader at a time among any number of processes.
+"""
+
+from pyharvest.core.config import Config, Limits
+from pyharvest.core.errors import BindingError, ConfigError, HarvestError
+from pyharvest.core.events import (
+    Event,
+    EventHandler,
+    LeaderAcquired,
+    LeaderFenced,
+    LeaderRefreshed,
+    LeaderRevoked,
+    MeterRead,
+    MeterStats,
+)
+from pyharvest.core.harvest import State
+from pyharvest.core.records import InvalidRecordError, OutboxRecord
+from pyharvest.harvest import Harvest
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BindingError",
+    "Config",
+    "ConfigError",
+    "Event",
+    "EventHandler",
+    "Harvest",
+    "HarvestError",
+    "InvalidRecordError",
+    "LeaderAcquired",
+    "LeaderFenced",
+    "LeaderRefreshed",
+    "LeaderRevoked",
+    "Limits",
+    "MeterRead",
+    "MeterStats",
+    "OutboxRecord",
+    "State",
+    "__version__",
+]

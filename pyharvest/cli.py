@@ -1,0 +1,179 @@
+"""The ``reaper`` command: run the harvester beside a service, and manage its outbox.
+
+    reaper -f reaper.yaml                    run the harvester (goharvest's reaper, unchanged config)
+    reaper init-db --data-source URL         create the outbox table if missing
+    reaper schema --binding postgresql       print the outbox DDL
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import FrameType
+
+from pyharvest.core.config import ReaperConfig, mask_data_source
+from pyharvest.core.errors import ConfigError, HarvestError
+from pyharvest.core.kafka import TopicError
+
+log = logging.getLogger("pyharvest.reaper")
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def setup_logging(level: int, as_json: bool = False) -> None:
+    logging.addLevelName(5, "TRACE")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        _JsonFormatter() if as_json else logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # librdkafka is chatty at debug level and its own messages already reach us as warnings.
+    logging.getLogger("pyharvest.librdkafka").setLevel(max(level, logging.WARNING))
+
+
+def _die(message: str, code: int = EXIT_FAILURE) -> int:
+    print(f"reaper: error: {message}", file=sys.stderr)
+    return code
+
+
+# ---------------------------------------------------------------------- run
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from pyharvest.harvest import Harvest
+
+    cfg = ReaperConfig.load(args.file)
+    harvest_cfg = cfg.harvest.resolve()
+    setup_logging(cfg.logging.numeric_level, cfg.logging.json)
+    if args.print_config:
+        import yaml
+
+        print(yaml.safe_dump({"harvest": harvest_cfg.to_mapping(mask_secrets=True)}, sort_keys=False), end="")
+        return EXIT_OK
+    harvest = Harvest(harvest_cfg)
+    stop_requested = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if stop_requested.is_set():
+            log.warning("second %s: still stopping, waiting for in-flight records", signal.Signals(signum).name)
+            return
+        stop_requested.set()
+        log.info("%s received: stopping", signal.Signals(signum).name)
+        harvest.stop()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        log.info("reaper starting with %s", harvest_cfg)
+        harvest.start()
+        while not harvest.join(0.5):
+            pass
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- schema and init-db
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from pyharvest.bindings.sql import schema_ddl
+
+    print(schema_ddl(args.binding, args.table))
+    return EXIT_OK
+
+
+def cmd_init_db(args: argparse.Namespace) -> int:
+    from pyharvest.bindings.sql import create_outbox_table
+
+    create_outbox_table(args.data_source, args.table, args.binding)
+    print(f"outbox table {args.table!r} is ready at {mask_data_source(args.data_source)}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- wiring
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reaper",
+        description="pyharvest: publish a transactional outbox to Kafka (goharvest-compatible reaper).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the harvester (the default: 'reaper -f reaper.yaml')")
+    run.add_argument("-f", "--file", required=True, help="configuration file (goharvest's reaper.yaml format)")
+    run.add_argument("--print-config", action="store_true", help="print the effective config (secrets masked) and exit")
+    run.set_defaults(func=cmd_run)
+
+    init = sub.add_parser("init-db", help="create the outbox table (idempotent)")
+    init.add_argument("--data-source", required=True, help="SQLAlchemy URL (or a libpq key=value string)")
+    init.add_argument("--table", default="outbox", help="outbox table name, optionally schema-qualified")
+    init.add_argument("--binding", default=None, help="dialect plugin (default: from the URL's scheme)")
+    init.set_defaults(func=cmd_init_db)
+
+    schema = sub.add_parser("schema", help="print the outbox table's DDL for a dialect")
+    schema.add_argument("--binding", required=True, help="dialect plugin name, e.g. postgresql, sqlite, mysql")
+    schema.add_argument("--table", default="outbox", help="outbox table name, optionally schema-qualified")
+    schema.set_defaults(func=cmd_schema)
+
+    for extra in _extra_commands:
+        extra(sub)
+    return parser
+
+
+# Later modules (demo, verify, inbox, ...) add their sub-commands here.
+_extra_commands: list[Callable[[argparse._SubParsersAction], None]] = []  # type: ignore[type-arg]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    if argv and argv[0] not in commands and argv[0] not in ("-h", "--help"):
+        argv.insert(0, "run")  # goharvest's form: 'reaper -f reaper.yaml'
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args.func(args))
+    except ConfigError as e:
+        return _die(f"invalid configuration: {e}", EXIT_USAGE)
+    except (HarvestError, TopicError) as e:
+        return _die(str(e))
+    except KeyboardInterrupt:
+        return EXIT_OK
+    except Exception as e:  # noqa: BLE001 - one line for the operator; the traceback at debug level
+        log.debug("unexpected error", exc_info=True)
+        first = str(e).strip().splitlines()
+        return _die(f"{type(e).__name__}: {first[0] if first else ''}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,46 @@
+"""The harvester with its real bindings wired in: SQL through SQLAlchemy, Kafka through confluent-kafka."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyharvest.core.binding import DatabaseBinding
+from pyharvest.core.config import Config
+from pyharvest.core.harvest import Harvest as _EngineHarvest
+from pyharvest.core.kafka import KafkaClients
+
+__all__ = ["Harvest"]
+
+
+class Harvest(_EngineHarvest):
+    """Harvests an outbox table into Kafka.
+
+    >>> config = Config(base_kafka_config={"bootstrap.servers": "localhost:9092"},
+    ...                 data_source="postgresql+psycopg://app@localhost/app")
+    >>> with Harvest(config) as harvest:   # doctest: +SKIP
+    ...     harvest.join()
+
+    ``binding`` and ``kafka`` replace the defaults (the SQL binding chosen by
+    ``config.binding`` or the data source's scheme, and confluent-kafka clients).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        binding: DatabaseBinding | Callable[[], DatabaseBinding] | None = None,
+        kafka: KafkaClients | None = None,
+    ) -> None:
+        resolved = config.resolve()
+        if binding is None:
+
+            def binding() -> DatabaseBinding:
+                from pyharvest.bindings.sql import create_binding
+
+                return create_binding(resolved.data_source, resolved.outbox_table, resolved.binding)
+
+        if kafka is None:
+            from pyharvest.bindings.kafka.confluent import ConfluentClients
+
+            kafka = ConfluentClients()
+        super().__init__(resolved, binding=binding, kafka=kafka)

@@ -1,0 +1,217 @@
+"""The MP/R engine's logic against in-memory fakes: throttle, barrier, purge/reset, remark, leadership."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+
+import pytest
+
+from pyharvest.core import Config, Harvest, Limits, State
+from pyharvest.core.events import LeaderAcquired, LeaderFenced, LeaderRefreshed, LeaderRevoked, MeterRead
+from pyharvest.core.kafka import DeliveryError
+from tests.fakes import FakeBinding, FakeKafka
+
+
+def make(binding: FakeBinding, kafka: FakeKafka, **limits: object) -> Harvest:
+    lim = Limits(min_poll_interval=0.005, heartbeat_timeout=0.5, mark_backoff=0.001, io_error_backoff=0.01,
+                 min_metrics_interval=0.05, shutdown_timeout=2.0)
+    for k, v in limits.items():
+        setattr(lim, k, v)
+    cfg = Config(leader_topic="app.neli", leader_group_id="app", data_source="fake://", limits=lim)
+    return Harvest(cfg, binding=binding, kafka=kafka)
+
+
+def wait_until(cond, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.005)
+
+
+def per_key(log):
+    out = defaultdict(list)
+    for key, value in log:
+        out[key].append(value)
+    return out
+
+
+def fill(binding: FakeBinding, n: int, keys: int, topic: str = "data") -> dict[str, list[bytes]]:
+    expected: dict[str, list[bytes]] = defaultdict(list)
+    for i in range(n):
+        key = f"k{i % keys}"
+        value = f"{i}".encode()
+        binding.insert(topic, key, value)
+        expected[key].append(value)
+    return expected
+
+
+def test_drains_everything_in_order_and_empties_the_outbox():
+    db, kafka = FakeBinding(), FakeKafka()
+    expected = fill(db, 2000, 37)
+    events = []
+    h = make(db, kafka)
+    h.set_event_handler(events.append)
+    with h:
+        wait_until(lambda: len(db) == 0)
+    assert h.state is State.STOPPED
+    assert per_key(kafka.cluster.logs["data"]) == expected
+    assert kafka.cluster.max_in_flight_per_key == 1
+    assert isinstance(events[0], LeaderAcquired)
+    assert any(isinstance(e, MeterRead) for e in events) or h.metrics.records_purged == 2000
+    assert db.disposed
+    # Purges are batched: far fewer statements than records.
+    assert db.purge_calls < 2000 / 5
+
+
+def test_in_flight_throttle_is_respected():
+    db, kafka = FakeBinding(), FakeKafka()
+    fill(db, 500, 500)
+    kafka.cluster.hold = True
+    h = make(db, kafka, max_in_flight_records=17, mark_query_records=10)
+    with h:
+        wait_until(lambda: kafka.cluster.max_in_flight >= 10, 5)
+        time.sleep(0.1)
+        assert kafka.cluster.max_in_flight <= 17
+        assert h.in_flight_records + h.backlog_in_memory <= 17
+        kafka.cluster.hold = False
+        wait_until(lambda: len(db) == 0)
+    assert kafka.cluster.max_in_flight <= 17
+
+
+def test_one_record_in_flight_per_key_even_with_a_single_hot_key():
+    db, kafka = FakeBinding(), FakeKafka()
+    expected = fill(db, 300, 1)
+    h = make(db, kafka)
+    with h:
+        wait_until(lambda: len(db) == 0)
+    assert kafka.cluster.max_in_flight_per_key == 1
+    assert per_key(kafka.cluster.logs["data"]) == expected
+
+
+def test_failed_delivery_resets_and_remarks_under_a_new_leader_id_keeping_order():
+    db, kafka = FakeBinding(), FakeKafka()
+    expected = fill(db, 400, 7)
+    failures = {"left": 25}
+    lock = threading.Lock()
+
+    def fail(sent):
+        with lock:
+            # Fail some deliveries early on, as a flaky broker would.
+            if failures["left"] and int(sent.value) % 9 == 0:
+                failures["left"] -= 1
+                return DeliveryError("REQUEST_TIMED_OUT", "broker did not answer")
+        return None
+
+    kafka.cluster.fail = fail
+    events = []
+    h = make(db, kafka)
+    h.set_event_handler(events.append)
+    with h:
+        wait_until(lambda: len(db) == 0)
+    refreshed = [e for e in events if isinstance(e, LeaderRefreshed)]
+    assert refreshed, "a failed delivery must force a remark under a new leader id"
+    assert len({e.leader_id for e in refreshed}) == len(refreshed)
+    assert h.metrics.records_reset >= 1
+    got = per_key(kafka.cluster.logs["data"])
+    assert got == expected, "failures must not reorder or lose records"
+    assert kafka.cluster.max_in_flight_per_key == 1
+
+
+def test_failed_mark_forces_a_remark():
+    db, kafka = FakeBinding(), FakeKafka()
+    expected = fill(db, 50, 5)
+    db.fail_next_marks = 1
+    events = []
+    h = make(db, kafka)
+    h.set_event_handler(events.append)
+    with h:
+        wait_until(lambda: len(db) == 0)
+    assert any(isinstance(e, LeaderRefreshed) for e in events)
+    assert h.metrics.mark_errors == 1
+    assert per_key(kafka.cluster.logs["data"]) == expected
+
+
+def test_lost_heartbeats_fence_the_leader_and_returning_ones_restore_it():
+    db, kafka = FakeBinding(), FakeKafka()
+    events = []
+    h = make(db, kafka, heartbeat_timeout=0.2)
+    h.set_event_handler(events.append)
+    with h:
+        wait_until(lambda: h.is_leader)
+        kafka.cluster.heartbeats_pass = False
+        wait_until(lambda: any(isinstance(e, LeaderFenced) for e in events))
+        assert not h.is_leader
+        # Fenced: new records are not published.
+        db.insert("data", "k", b"late")
+        time.sleep(0.2)
+        assert kafka.cluster.logs["data"] == []
+        kafka.cluster.heartbeats_pass = True
+        wait_until(lambda: h.is_leader and len(db) == 0)
+    acquired = [e for e in events if isinstance(e, LeaderAcquired)]
+    assert len(acquired) == 2 and acquired[0].leader_id != acquired[1].leader_id
+
+
+def test_revocation_stops_publishing_and_waits_for_in_flight_records():
+    db, kafka = FakeBinding(), FakeKafka()
+    fill(db, 100, 100)
+    kafka.cluster.hold = True
+    events = []
+    h = make(db, kafka)
+    h.set_event_handler(events.append)
+    with h:
+        wait_until(lambda: h.in_flight_records > 0)
+        consumer = kafka.cluster.consumers[0]
+        consumer.revoke_requested = True
+        time.sleep(0.1)
+        # The revocation waits for in-flight records: still leader-ish until they resolve.
+        assert not any(isinstance(e, LeaderRevoked) for e in events)
+        kafka.cluster.hold = False
+        wait_until(lambda: any(isinstance(e, LeaderRevoked) for e in events))
+        assert h.in_flight_records == 0
+        assert not h.is_leader
+        published = len(kafka.cluster.logs["data"])
+        time.sleep(0.1)
+        assert len(kafka.cluster.logs["data"]) == published
+
+
+def test_stop_with_records_in_flight_leaves_the_rest_for_the_next_leader():
+    db, kafka = FakeBinding(), FakeKafka()
+    fill(db, 100, 100)
+    kafka.cluster.hold = True
+    h = make(db, kafka, shutdown_timeout=0.3)
+    h.start()
+    wait_until(lambda: h.in_flight_records > 0)
+    t0 = time.monotonic()
+    h.stop()
+    assert h.join(5)
+    assert time.monotonic() - t0 < 3
+    # Nothing was acknowledged, nothing purged: every row is still there for the next leader.
+    assert len(db) == 100
+
+
+def test_crash_in_binding_surfaces_through_join():
+    class Broken(FakeBinding):
+        def purge(self, ids):
+            raise MemoryError("boom")
+
+    db, kafka = Broken(), FakeKafka()
+    fill(db, 5, 5)
+    h = make(db, kafka, io_error_backoff=0.001, shutdown_timeout=0.2)
+    h.start()
+    time.sleep(0.3)
+    h.stop()
+    assert h.join(5)  # MemoryError is retried as an I/O error until shutdown gives up
+
+
+def test_start_twice_and_handler_after_start_are_refused():
+    from pyharvest.core.errors import HarvestError
+
+    h = make(FakeBinding(), FakeKafka())
+    with h:
+        with pytest.raises(HarvestError):
+            h.start()
+        with pytest.raises(HarvestError):
+            h.set_event_handler(lambda e: None)

@@ -1,0 +1,76 @@
+"""Fast NELI against a real broker (the embedded one by default): one leader among many,
+takeover when the leader leaves, fencing when heartbeats stop coming back."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from pyharvest.bindings.kafka.confluent import ConfluentClients
+from pyharvest.core import Config, Harvest, Limits
+from pyharvest.core.events import LeaderAcquired, LeaderRevoked
+from pyharvest.core.kafka import TopicError
+from tests.fakes import FakeBinding
+
+pytestmark = pytest.mark.kafka
+
+
+def harvester(kafka_config, group: str, db: FakeBinding, events: list) -> Harvest:
+    cfg = Config(
+        base_kafka_config=dict(kafka_config),
+        leader_group_id=group,
+        data_source="fake://",
+        limits=Limits(heartbeat_timeout=2.0, min_poll_interval=0.05, mark_backoff=0.01, shutdown_timeout=5.0),
+    )
+    h = Harvest(cfg, binding=db, kafka=ConfluentClients())
+    h.set_event_handler(events.append)
+    return h
+
+
+def wait_for(cond, timeout: float = 40.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_exactly_one_leader_and_takeover_on_graceful_stop(kafka_config):
+    group = f"neli-{uuid.uuid4().hex[:8]}"
+    db = FakeBinding()
+    e1: list = []
+    e2: list = []
+    h1 = harvester(kafka_config, group, db, e1)
+    h2 = harvester(kafka_config, group, db, e2)
+    h1.start()
+    try:
+        wait_for(lambda: h1.is_leader)
+        h2.start()
+        time.sleep(8)  # let the group settle with two members
+        assert [h1.is_leader, h2.is_leader].count(True) == 1
+        leader, standby = (h1, h2) if h1.is_leader else (h2, h1)
+        leader.stop()
+        assert leader.join(20)
+        wait_for(lambda: standby.is_leader)
+        acquired = [e for e in e1 + e2 if isinstance(e, LeaderAcquired)]
+        assert len({e.leader_id for e in acquired}) == len(acquired), "leader ids are never reused"
+        assert any(isinstance(e, LeaderRevoked) for e in (e1 if leader is h1 else e2))
+    finally:
+        for h in (h1, h2):
+            h.stop()
+        for h in (h1, h2):
+            h.join(30)
+
+
+def test_unreachable_broker_fails_at_start_with_a_clear_error():
+    from tests.fixtures.databases import unique_table  # noqa: F401 - keeps import graph simple
+    from pyharvest.bindings.kafka.embedded import free_port
+
+    cfg = Config(base_kafka_config={"bootstrap.servers": f"127.0.0.1:{free_port()}", "socket.timeout.ms": 1000},
+                 leader_group_id="unreachable", data_source="fake://")
+    h = Harvest(cfg, binding=FakeBinding(), kafka=ConfluentClients())
+    start = time.monotonic()
+    with pytest.raises(TopicError, match="cannot reach Kafka"):
+        h.start()
+    assert time.monotonic() - start < 30
