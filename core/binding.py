@@ -8,11 +8,12 @@ thread calls :meth:`DatabaseBinding.purge` and :meth:`DatabaseBinding.reset`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from pyharvest.core.records import OutboxRecord
 
-__all__ = ["DatabaseBinding"]
+__all__ = ["DatabaseBinding", "QuarantineBinding", "QuarantineEntry"]
 
 
 @runtime_checkable
@@ -36,4 +37,28 @@ class DatabaseBinding(Protocol):
 
     def dispose(self) -> None:
         """Release connections. Called once, when the harvester stops."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineEntry:
+    """A record Kafka refused for a reason that will not go away, and why."""
+
+    record: OutboxRecord
+    error: str
+    attempts: int
+
+
+@runtime_checkable
+class QuarantineBinding(Protocol):
+    """Optional: a binding that can park a key behind a poison record.
+
+    A quarantined record stays in the outbox; its key is recorded in a quarantine table and
+    :meth:`DatabaseBinding.mark` skips every row of a quarantined key, so the key's order is
+    never broken while every other key keeps flowing. Replaying the key lifts the quarantine
+    and its records flow again, oldest first.
+    """
+
+    def quarantine(self, entries: Sequence[QuarantineEntry]) -> int:
+        """Park the keys of these records; return how many entries were recorded."""
         ...

@@ -22,6 +22,7 @@ from pyharvest.core.errors import ConfigError
 
 __all__ = ["Config", "Limits", "LoggingConfig", "ReaperConfig", "mask_data_source", "mask_kafka_config", "sanitise"]
 
+POISON_POLICIES = ("block", "quarantine")
 DEFAULT_DATA_SOURCE = "host=localhost port=5432 user=postgres password= dbname=postgres sslmode=disable"
 DEFAULT_BOOTSTRAP_SERVERS = "localhost:9092"
 
@@ -78,6 +79,7 @@ class Limits:
     mark_query_records: int | None = None
     min_metrics_interval: float | None = None
     shutdown_timeout: float | None = None
+    max_delivery_attempts: int | None = None
 
     def resolve(self) -> Limits:
         """A copy with every default filled in and every value validated."""
@@ -96,6 +98,7 @@ class Limits:
         r.mark_query_records = _dflt(r.mark_query_records, 100)
         r.min_metrics_interval = _dflt(r.min_metrics_interval, 5.0)
         r.shutdown_timeout = _dflt(r.shutdown_timeout, 10.0)
+        r.max_delivery_attempts = _dflt(r.max_delivery_attempts, 5)
         r._validate()
         return r
 
@@ -115,7 +118,7 @@ class Limits:
         at_least("queue_timeout", 0.001, "s")
         at_least("max_poll_interval", self.min_poll_interval or 0.001, "s")
         at_least("shutdown_timeout", 0, "s")
-        for name in ("max_in_flight_records", "send_concurrency", "mark_query_records"):
+        for name in ("max_in_flight_records", "send_concurrency", "mark_query_records", "max_delivery_attempts"):
             at_least(name, 1)
             if not isinstance(getattr(self, name), int):
                 raise ConfigError(f"limits.{_camel(name)}", f"expected a whole number, got {getattr(self, name)!r}")
@@ -152,7 +155,9 @@ class Limits:
         return out
 
 
-_INT_LIMITS = frozenset({"max_in_flight_records", "send_concurrency", "send_buffer", "mark_query_records"})
+_INT_LIMITS = frozenset(
+    {"max_in_flight_records", "send_concurrency", "send_buffer", "mark_query_records", "max_delivery_attempts"}
+)
 
 
 def _dflt(value: Any, default: Any) -> Any:
@@ -194,6 +199,7 @@ class Config:
     outbox_table: str = "outbox"
     binding: str | None = None
     name: str = ""
+    poison_policy: str = "block"
     limits: Limits = field(default_factory=Limits)
 
     def resolve(self) -> Config:
@@ -223,6 +229,10 @@ class Config:
                 raise ConfigError(
                     _camel(fname), f"{v!r} is not a valid Kafka {label}: use 1-249 characters from [a-zA-Z0-9._-]"
                 )
+        if c.poison_policy not in POISON_POLICIES:
+            raise ConfigError(
+                "poisonPolicy", f"expected one of {', '.join(POISON_POLICIES)}, got {c.poison_policy!r}"
+            )
         if c.binding is not None and (not isinstance(c.binding, str) or not c.binding):
             raise ConfigError("binding", f"expected the name of a dialect plugin, got {c.binding!r}")
         return c

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = [
+    "DeliveryFailed",
     "Event",
     "EventHandler",
     "LeaderAcquired",
@@ -20,6 +21,7 @@ __all__ = [
     "LeaderRevoked",
     "MeterRead",
     "MeterStats",
+    "RecordQuarantined",
 ]
 
 
@@ -49,6 +51,32 @@ class LeaderFenced:
 
 
 @dataclass(frozen=True, slots=True)
+class DeliveryFailed:
+    """Kafka did not take a record. ``retriable`` is false for a poison record (one that will
+    fail however often it is sent: too large, invalid topic...). The record is reset and
+    remarked, unless the quarantine policy parks its key."""
+
+    record_id: int | None
+    key: str
+    topic: str
+    error: str
+    retriable: bool
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordQuarantined:
+    """A poison record exhausted ``limits.maxDeliveryAttempts``: its key is parked (its later
+    records are held back) until an operator replays or discards it."""
+
+    record_id: int | None
+    key: str
+    topic: str
+    error: str
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
 class MeterStats:
     """Throughput over the last interval and since the start."""
 
@@ -72,5 +100,5 @@ class MeterRead:
     stats: MeterStats
 
 
-Event = LeaderAcquired | LeaderRefreshed | LeaderRevoked | LeaderFenced | MeterRead
+Event = LeaderAcquired | LeaderRefreshed | LeaderRevoked | LeaderFenced | MeterRead | DeliveryFailed | RecordQuarantined
 EventHandler = Callable[[Event], None]

@@ -32,10 +32,11 @@ from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Any
 
-from pyharvest.core.binding import DatabaseBinding
+from pyharvest.core.binding import DatabaseBinding, QuarantineBinding, QuarantineEntry
 from pyharvest.core.config import Config, mask_data_source, mask_kafka_config
 from pyharvest.core.errors import HarvestError
 from pyharvest.core.events import (
+    DeliveryFailed,
     Event,
     EventHandler,
     LeaderAcquired,
@@ -43,6 +44,7 @@ from pyharvest.core.events import (
     LeaderRefreshed,
     LeaderRevoked,
     MeterRead,
+    RecordQuarantined,
 )
 from pyharvest.core.kafka import DeliveryError, KafkaClients, ProduceError, Producer
 from pyharvest.core.metrics import HarvestMetrics, Meter
@@ -123,6 +125,9 @@ class Harvest:
         self._parked_since: dict[str, float] = {}
         self._parked_count = 0
         self._deliveries: deque[_Flight] = deque()
+        # Failed attempts per record id, for the poison policy; only records that failed appear.
+        self._attempts: dict[int, int] = {}
+        self._poison_streak = 0
         self._shutdown_deadline: float | None = None
 
         self.metrics = HarvestMetrics()
@@ -293,6 +298,11 @@ class Harvest:
         limits = self.config.limits
         if self._force_remark:
             self._quiesce("remark")
+            if self._poison_streak:
+                # A record that fails for good would otherwise be retried in a tight loop.
+                backoff = min(30.0, (limits.io_error_backoff or 0.01) * 2 ** min(self._poison_streak - 1, 10))
+                log.warning("backing off %.1fs before retrying a record Kafka refused", backoff)
+                self._stopping.wait(backoff)
             self._refresh_leader()
             return
         self._check_queue_deadline()
@@ -437,19 +447,12 @@ class Harvest:
             batch.append(pop())
         acked = [f.record.id for f in batch if f.error is None]
         failed = [f for f in batch if f.error is not None]
+        to_reset: list[_Flight] = []
+        to_quarantine: list[QuarantineEntry] = []
         if failed:
             with self._lock:
                 self._force_remark = True
-            for f in failed:
-                err = f.error
-                assert err is not None
-                key = err.code
-                self.metrics.delivery_errors[key] = self.metrics.delivery_errors.get(key, 0) + 1
-            first = failed[0]
-            log.warning(
-                "%d deliveries failed (first: record %s key %r: %s); resetting them for a remark",
-                len(failed), first.record.id, first.record.key, first.error,
-            )
+            to_reset, to_quarantine = self._triage(failed)
         binding = self._binding
         assert binding is not None
         if acked:
@@ -461,8 +464,22 @@ class Harvest:
                 self.metrics.records_purged += purged
                 if purged != len(acked):
                     log.warning("purged %d of %d acknowledged records; the rest were already gone", purged, len(acked))
-        if failed:
-            reset = self._with_retry("reset", binding.reset, [f.record.id for f in failed])
+            if self._attempts:
+                for rid in acked:
+                    self._attempts.pop(rid, None)
+        if to_quarantine:
+            assert isinstance(binding, QuarantineBinding)
+            if self._with_retry("quarantine", binding.quarantine, to_quarantine) is not None:
+                for q in to_quarantine:
+                    self._attempts.pop(q.record.id, None)  # type: ignore[arg-type]
+                    log.error(
+                        "quarantined key %r after %d failed attempts of record %s (topic %r): %s; "
+                        "its later records are held back until the key is replayed or discarded",
+                        q.record.key, q.attempts, q.record.id, q.record.topic, q.error,
+                    )
+                    self._emit(RecordQuarantined(q.record.id, q.record.key, q.record.topic, q.error, q.attempts))
+        if to_reset:
+            reset = self._with_retry("reset", binding.reset, [f.record.id for f in to_reset])
             if reset is not None:
                 self.metrics.reset_statements += 1
                 self.metrics.records_reset += reset
@@ -471,6 +488,40 @@ class Harvest:
         if stats is not None:
             log.debug("%s", stats)
             self._emit(MeterRead(stats))
+
+    def _triage(self, failed: Sequence[_Flight]) -> tuple[list[_Flight], list[QuarantineEntry]]:
+        """Split failures into records to reset (retry) and records to quarantine."""
+        quarantine_on = (
+            self.config.poison_policy == "quarantine" and isinstance(self._binding, QuarantineBinding)
+        )
+        max_attempts = self.config.limits.max_delivery_attempts or 1
+        to_reset: list[_Flight] = []
+        to_quarantine: list[QuarantineEntry] = []
+        poison = 0
+        for f in failed:
+            err = f.error
+            assert err is not None
+            rec = f.record
+            self.metrics.delivery_errors[err.code] = self.metrics.delivery_errors.get(err.code, 0) + 1
+            attempts = 1
+            if rec.id is not None:
+                attempts = self._attempts.get(rec.id, 0) + 1
+                self._attempts[rec.id] = attempts
+            if not err.retriable:
+                poison += 1
+            self._emit(DeliveryFailed(rec.id, rec.key, rec.topic, str(err), err.retriable, attempts))
+            if quarantine_on and not err.retriable and attempts >= max_attempts:
+                to_quarantine.append(QuarantineEntry(rec, str(err), attempts))
+            else:
+                to_reset.append(f)
+        self._poison_streak = self._poison_streak + 1 if poison else 0
+        first = failed[0]
+        log.warning(
+            "%d deliveries failed (first: record %s key %r: %s); %s",
+            len(failed), first.record.id, first.record.key, first.error,
+            "resetting them for a remark" if not to_quarantine else f"quarantining {len(to_quarantine)}",
+        )
+        return to_reset, to_quarantine
 
     def _release(self, batch: Sequence[_Flight]) -> None:
         to_send: list[OutboxRecord] = []

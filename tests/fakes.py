@@ -28,6 +28,7 @@ class FakeBinding:
         self.purge_calls = 0
         self.reset_calls = 0
         self.disposed = False
+        self.quarantined: dict[str, tuple[int, str, int]] = {}
 
     def insert(self, topic: str, key: str, value: bytes | None = b"v", headers: Sequence[tuple[str, str | bytes]] = ()) -> int:
         with self._lock:
@@ -50,6 +51,8 @@ class FakeBinding:
             out = []
             for rid in sorted(self.rows):
                 row = self.rows[rid]
+                if row.key in self.quarantined:
+                    continue
                 if row.leader_id != leader_id:
                     row.leader_id = leader_id
                     out.append(
@@ -74,6 +77,16 @@ class FakeBinding:
                     row.leader_id = None
                     n += 1
             return n
+
+    def quarantine(self, entries) -> int:
+        with self._lock:
+            for e in entries:
+                self.quarantined.setdefault(e.record.key, (e.record.id, e.error, e.attempts))
+            return len(entries)
+
+    def replay(self, key: str) -> None:
+        with self._lock:
+            del self.quarantined[key]
 
     def dispose(self) -> None:
         self.disposed = True

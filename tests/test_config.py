@@ -1,0 +1,130 @@
+"""Configuration: goharvest's reaper.yaml loads unchanged; bad values are named; secrets never shown."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyharvest import Config, ConfigError, Limits
+from pyharvest.core.config import ReaperConfig, mask_data_source
+from pyharvest.core.durations import parse_duration
+
+GOHARVEST_YAML = """
+harvest:
+  baseKafkaConfig:
+    bootstrap.servers: localhost:9092
+  producerKafkaConfig:
+    compression.type: lz4
+    delivery.timeout.ms: 10000
+  leaderTopic: my-app-name
+  leaderGroupID: my-app-name
+  dataSource: host=localhost port=5432 user=postgres password= dbname=postgres sslmode=disable
+  outboxTable: outbox
+  limits:
+    minPollInterval: 1s
+    heartbeatTimeout: 5s
+    maxInFlightRecords: 1000
+    minMetricsInterval: 5s
+    sendConcurrency: 4
+    sendBuffer: 10
+logging:
+  level: Debug
+"""
+
+
+def test_goharvest_reaper_yaml_loads_unchanged():
+    rc = ReaperConfig.from_yaml(GOHARVEST_YAML)
+    c = rc.harvest.resolve()
+    assert c.base_kafka_config == {"bootstrap.servers": "localhost:9092"}
+    assert c.producer_kafka_config == {"compression.type": "lz4", "delivery.timeout.ms": 10000}
+    assert (c.leader_topic, c.leader_group_id, c.outbox_table) == ("my-app-name", "my-app-name", "outbox")
+    assert c.limits.min_poll_interval == 1.0
+    assert c.limits.heartbeat_timeout == 5.0
+    assert c.limits.max_in_flight_records == 1000
+    assert c.limits.send_concurrency == 4
+    assert rc.logging.numeric_level == 10
+
+
+def test_defaults_follow_goharvest():
+    c = Config(data_source="sqlite://").resolve()
+    lim = c.limits
+    assert lim.io_error_backoff == 0.5
+    assert lim.poll_duration == 0.001
+    assert lim.min_poll_interval == 0.1
+    assert lim.heartbeat_timeout == 5.0
+    assert lim.max_poll_interval == 2.5  # heartbeatTimeout / 2
+    assert lim.queue_timeout == 30.0
+    assert lim.drain_interval == 2.5  # min(maxPollInterval, queueTimeout)
+    assert lim.mark_backoff == 0.01
+    assert lim.max_in_flight_records == 1000
+    assert lim.mark_query_records == 100
+    assert lim.min_metrics_interval == 5.0
+    assert c.base_kafka_config["bootstrap.servers"] == "localhost:9092"
+    assert c.leader_topic == f"{c.leader_group_id}.neli"
+    assert c.outbox_table == "outbox"
+
+
+def test_binding_key_is_accepted():
+    rc = ReaperConfig.from_yaml("harvest:\n  dataSource: sqlite:///x.db\n  binding: sqlite\n")
+    assert rc.harvest.binding == "sqlite"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("1s", 1.0), ("500ms", 0.5), ("1m30s", 90.0), ("2h", 7200.0), ("100us", 1e-4), ("0", 0.0), (3, 3.0), ("1.5s", 1.5)],
+)
+def test_durations(text, expected):
+    assert parse_duration(text) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "field", "hint"),
+    [
+        ("harvest:\n  limits:\n    minPollInterval: fast\n", "harvest.limits.minPollInterval", "not a duration"),
+        ("harvest:\n  limits:\n    maxInFlightRecords: 0\n", "limits.maxInFlightRecords", "at least 1"),
+        ("harvest:\n  limits:\n    maxInFlightRecords: lots\n", "harvest.limits.maxInFlightRecords", "whole number"),
+        ("harvest:\n  limits:\n    maxInflightRecords: 5\n", "harvest.limits.maxInflightRecords", "unknown key"),
+        ("harvest:\n  outboxTabel: x\n", "harvest.outboxTabel", "unknown key"),
+        ("harvest:\n  baseKafkaConfig: localhost:9092\n", "harvest.baseKafkaConfig", "mapping"),
+        ("harvest:\n  leaderTopic: 'bad topic!'\n", "leaderTopic", "not a valid Kafka topic"),
+        ("logging:\n  level: Chatty\nharvest: {}\n", "logging.level", "expected one of"),
+        ("other: 1\n", "other", "unknown top-level"),
+        ("logging: {}\n", "harvest", "missing section"),
+        ("harvest: [\n", "", "not valid YAML"),
+    ],
+)
+def test_errors_name_the_field_and_the_expected_form(yaml_text, field, hint):
+    with pytest.raises(ConfigError) as info:
+        ReaperConfig.from_yaml(yaml_text).harvest.resolve()
+    assert field in str(info.value)
+    assert hint in str(info.value)
+
+
+def test_secrets_never_appear_in_repr():
+    c = Config(
+        base_kafka_config={"bootstrap.servers": "b:9094", "sasl.password": "alice-secret", "ssl.key.password": "kp"},
+        data_source="postgresql+psycopg://app:hunter2@db/app",
+    ).resolve()
+    text = repr(c) + str(c)
+    for secret in ("alice-secret", "kp'", "hunter2"):
+        assert secret not in text
+    assert "b:9094" in text
+
+
+@pytest.mark.parametrize(
+    ("source", "secret"),
+    [
+        ("host=db port=5432 user=app password=s3cret dbname=app", "s3cret"),
+        ("host=db password='with space' dbname=app", "with space"),
+        ("mysql+pymysql://root:pw@127.0.0.1/test", ":pw@"),
+        ("mssql+pymssql://sa:Str0ng!@host/db?password=x", "Str0ng"),
+    ],
+)
+def test_data_source_masking(source, secret):
+    assert secret not in mask_data_source(source)
+
+
+def test_limits_from_python_are_validated():
+    with pytest.raises(ConfigError, match="limits.heartbeatTimeout"):
+        Limits(heartbeat_timeout=0).resolve()
+    with pytest.raises(ConfigError, match="limits.maxPollInterval"):
+        Limits(min_poll_interval=1.0, max_poll_interval=0.5).resolve()
