@@ -29,6 +29,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -51,7 +52,7 @@ from pyharvest.core.metrics import HarvestMetrics, Meter
 from pyharvest.core.neli import LeaderStatus, Neli
 from pyharvest.core.records import OutboxRecord
 
-__all__ = ["Harvest", "State"]
+__all__ = ["Harvest", "Health", "State"]
 
 log = logging.getLogger("pyharvest.harvest")
 
@@ -65,6 +66,18 @@ class State(Enum):
     RUNNING = "running"
     STOPPING = "stopping"
     STOPPED = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    running: bool
+    leader: bool
+    broker_connected: bool | None
+    database_connected: bool | None
+
+    @property
+    def ready(self) -> bool:
+        return self.running and self.broker_connected is not False and self.database_connected is not False
 
 
 class _Flight:
@@ -138,6 +151,7 @@ class Harvest:
         self._delivery_thread: threading.Thread | None = None
         self._stopped = threading.Event()
         self._main_done = threading.Event()
+        self._db_health: tuple[float, bool | None] = (float("-inf"), None)
 
     # ------------------------------------------------------------------ public API
 
@@ -166,6 +180,28 @@ class Harvest:
     def backlog_in_memory(self) -> int:
         """Marked records waiting behind an in-flight record of the same key."""
         return self._parked_count
+
+    def health(self) -> Health:
+        """What a readiness probe needs: running, leading, and whether the broker and the
+        database answer (``None`` where the binding or client cannot tell)."""
+        now = time.monotonic()
+        neli = self._neli
+        broker = neli.broker_connected if neli is not None else None
+        db_ok: bool | None = None
+        ping = getattr(self._binding, "ping", None)
+        if ping is not None:
+            cached_at, cached = self._db_health
+            if now - cached_at < 2.0:
+                db_ok = cached
+            else:
+                try:
+                    ping()
+                    db_ok = True
+                except Exception as e:  # noqa: BLE001 - reported as not ready
+                    log.debug("database ping failed: %s", _one_line(e))
+                    db_ok = False
+                self._db_health = (now, db_ok)
+        return Health(self._state is State.RUNNING, self.is_leader, broker, db_ok)
 
     def set_event_handler(self, handler: EventHandler) -> None:
         """Register a callback for :mod:`pyharvest.core.events`; set it before :meth:`start`."""
@@ -470,6 +506,7 @@ class Harvest:
         if to_quarantine:
             assert isinstance(binding, QuarantineBinding)
             if self._with_retry("quarantine", binding.quarantine, to_quarantine) is not None:
+                self.metrics.records_quarantined += len(to_quarantine)
                 for q in to_quarantine:
                     self._attempts.pop(q.record.id, None)  # type: ignore[arg-type]
                     log.error(

@@ -46,6 +46,7 @@ class HarvestMetrics:
     records_published: int = 0
     records_purged: int = 0
     records_reset: int = 0
+    records_quarantined: int = 0
     marks: int = 0
     mark_errors: int = 0
     purge_statements: int = 0
@@ -61,3 +62,10 @@ class HarvestMetrics:
         # A bounded reservoir: exporters drain it; without an exporter it stays small.
         if len(bucket) < 10_000:
             bucket.append(seconds)
+
+    def drain(self, name: str) -> list[float]:
+        """Take the observations of ``mark_seconds`` or ``purge_seconds`` gathered so far."""
+        bucket: list[float] = getattr(self, name)
+        taken = bucket[:]
+        del bucket[: len(taken)]
+        return taken

@@ -67,6 +67,11 @@ class Neli:
         return self._leader
 
     @property
+    def broker_connected(self) -> bool | None:
+        """Whether the group consumer reaches a broker, if its client can tell."""
+        return getattr(self._consumer, "connected", None)
+
+    @property
     def since_last_poll(self) -> float:
         """Seconds since the group was last polled: the harvester's max-poll-interval deadline."""
         return self._clock() - self._last_poll

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -94,11 +95,29 @@ class ConfluentProducer:
 
 class ConfluentLeaderConsumer:
     def __init__(self, config: KafkaConfigMap) -> None:
+        cfg = _client_config(config)
+        # librdkafka's statistics say whether any broker connection is up: the readiness signal.
+        cfg.setdefault("statistics.interval.ms", 1000)
+        cfg["stats_cb"] = self._on_stats
+        cfg["error_cb"] = self._on_error
+        self.connected: bool | None = None
         try:
-            self._consumer = Consumer(_client_config(config))
+            self._consumer = Consumer(cfg)
         except KafkaException as e:
             raise TopicError(f"invalid Kafka consumer configuration: {e.args[0].str()}") from None
         self._closed = False
+
+    def _on_stats(self, stats_json: str) -> None:
+        try:
+            brokers = json.loads(stats_json).get("brokers", {})
+        except ValueError:
+            return
+        self.connected = any(b.get("state") == "UP" for b in brokers.values() if b.get("nodeid", -1) >= 0)
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+            self.connected = False
+        log.debug("leader consumer: %s", err.str())
 
     def subscribe(
         self,

@@ -1,0 +1,118 @@
+"""The reaper command: one-line errors and non-zero exits for bad input, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def reaper(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pyharvest.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("reaper: error:")]
+    assert len(errors) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in errors[0], result.stderr
+
+
+def test_missing_config_file():
+    assert_one_line_error(reaper("-f", "/no/such/reaper.yaml"), "cannot read configuration file")
+
+
+def test_invalid_config_names_the_field(tmp_path):
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text("harvest:\n  limits:\n    heartbeatTimeout: soon\n")
+    result = reaper("-f", str(cfg))
+    assert result.returncode == 2
+    assert_one_line_error(result, "harvest.limits.heartbeatTimeout", "not a duration")
+
+
+def test_unknown_arguments_are_a_usage_error():
+    result = reaper("--frobnicate")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+
+
+def test_print_config_masks_secrets(tmp_path):
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text(
+        "harvest:\n"
+        "  baseKafkaConfig:\n    bootstrap.servers: k:9094\n    sasl.password: alice-secret\n"
+        "  dataSource: postgresql+psycopg://app:hunter2@db/app\n"
+    )
+    result = reaper("-f", str(cfg), "--print-config")
+    assert result.returncode == 0, result.stderr
+    assert "alice-secret" not in result.stdout and "hunter2" not in result.stdout
+    assert "k:9094" in result.stdout and "***" in result.stdout
+
+
+@pytest.mark.kafka
+def test_unreachable_database_is_a_one_line_error(tmp_path, kafka_bootstrap):
+    from pyharvest.bindings.kafka.embedded import free_port
+
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text(
+        "harvest:\n"
+        f"  baseKafkaConfig:\n    bootstrap.servers: {kafka_bootstrap}\n"
+        f"  dataSource: postgresql+psycopg://postgres:pw@127.0.0.1:{free_port()}/test\n"
+    )
+    result = reaper("-f", str(cfg))
+    assert_one_line_error(result)
+    assert "pw@" not in result.stderr
+
+
+def test_unreachable_broker_is_a_one_line_error(tmp_path):
+    from pyharvest.bindings.kafka.embedded import free_port
+
+    db = tmp_path / "outbox.db"
+    assert reaper("init-db", "--data-source", f"sqlite:///{db}").returncode == 0
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text(
+        "harvest:\n"
+        f"  baseKafkaConfig:\n    bootstrap.servers: 127.0.0.1:{free_port()}\n"
+        f"  dataSource: sqlite:///{db}\n"
+    )
+    assert_one_line_error(reaper("-f", str(cfg)), "cannot reach Kafka")
+
+
+def test_missing_table_says_to_run_init_db(tmp_path, kafka_bootstrap):
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text(
+        "harvest:\n"
+        f"  baseKafkaConfig:\n    bootstrap.servers: {kafka_bootstrap}\n"
+        f"  dataSource: sqlite:///{tmp_path / 'empty.db'}\n"
+        "  outboxTable: nosuchtable\n"
+    )
+    assert_one_line_error(reaper("-f", str(cfg)), "nosuchtable", "init-db")
+
+
+def test_injection_through_the_table_name_is_refused(tmp_path):
+    result = reaper("init-db", "--data-source", f"sqlite:///{tmp_path / 'x.db'}", "--table", "outbox; DROP TABLE x")
+    assert_one_line_error(result, "outbox; DROP TABLE x")
+
+
+@pytest.mark.parametrize("binding", ["postgresql", "sqlite"])
+def test_schema_prints_ddl(binding):
+    result = reaper("schema", "--binding", binding)
+    assert result.returncode == 0, result.stderr
+    assert "CREATE TABLE" in result.stdout.upper()
+    assert "leader_id" in result.stdout
+
+
+def test_schema_with_unknown_binding_lists_the_installed_ones():
+    assert_one_line_error(reaper("schema", "--binding", "nosuchdb"), "nosuchdb", "postgresql")
+
+
+def test_init_db_is_idempotent(tmp_path):
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    assert reaper("init-db", "--data-source", url).returncode == 0
+    second = reaper("init-db", "--data-source", url)
+    assert second.returncode == 0, second.stderr
