@@ -200,6 +200,7 @@ class Config:
     binding: str | None = None
     name: str = ""
     poison_policy: str = "block"
+    identity_headers: bool = True
     limits: Limits = field(default_factory=Limits)
 
     def resolve(self) -> Config:
@@ -253,7 +254,10 @@ class Config:
             elif value is not None:
                 if attr in ("base_kafka_config", "producer_kafka_config") and not isinstance(value, Mapping):
                     raise ConfigError(f"{prefix}.{key}", f"expected a mapping of Kafka properties, got {value!r}")
-                if attr not in ("base_kafka_config", "producer_kafka_config", "limits") and not isinstance(value, str):
+                if attr == "identity_headers":
+                    if not isinstance(value, bool):
+                        raise ConfigError(f"{prefix}.{key}", f"expected true or false, got {value!r}")
+                elif attr not in ("base_kafka_config", "producer_kafka_config", "limits") and not isinstance(value, str):
                     raise ConfigError(f"{prefix}.{key}", f"expected a string, got {value!r}")
                 setattr(c, attr, dict(value) if isinstance(value, Mapping) else value)
         return c

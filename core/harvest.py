@@ -52,9 +52,14 @@ from pyharvest.core.metrics import HarvestMetrics, Meter
 from pyharvest.core.neli import LeaderStatus, Neli
 from pyharvest.core.records import OutboxRecord
 
-__all__ = ["Harvest", "Health", "State"]
+__all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "Harvest", "Health", "State"]
 
 log = logging.getLogger("pyharvest.harvest")
+
+#: Headers stamped on every published message, stable across re-publication: which outbox
+#: (``<leaderGroupID>/<outboxTable>``) and which row of it. An inbox drops copies by them.
+OUTBOX_HEADER = "pyharvest-outbox"
+RECORD_ID_HEADER = "pyharvest-record-id"
 
 # A delivery.timeout.ms of 5 minutes (librdkafka's default) would stall a remark for that long
 # when the broker is unreachable; a leader must learn the fate of its in-flight records sooner.
@@ -143,6 +148,11 @@ class Harvest:
         self._poison_streak = 0
         self._shutdown_deadline: float | None = None
 
+        self._identity_header: tuple[str, str] | None = (
+            (OUTBOX_HEADER, f"{self.config.leader_group_id}/{self.config.outbox_table}")
+            if self.config.identity_headers
+            else None
+        )
         self.metrics = HarvestMetrics()
         self._meter = Meter("throughput", limits.min_metrics_interval)  # type: ignore[arg-type]
         self._neli: Neli | None = None
@@ -406,10 +416,15 @@ class Harvest:
         producer = self._producer
         assert producer is not None
         sink = self._deliveries.append
+        stamp = self._identity_header
         for rec in records:
             flight = _Flight(rec, sink)
+            headers = rec.headers
+            if stamp is not None:
+                # Consumers drop re-published copies by this identity (see pyharvest.inbox).
+                headers = (*headers, stamp, (RECORD_ID_HEADER, str(rec.id)))
             try:
-                producer.produce(rec.topic, rec.key, rec.value, rec.headers, flight)
+                producer.produce(rec.topic, rec.key, rec.value, headers, flight)
             except ProduceError as e:
                 flight(e.error)
             except Exception as e:  # noqa: BLE001 - treated as a failed delivery: reset and remark

@@ -144,8 +144,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Later modules (demo, verify, inbox, ...) add their sub-commands here.
-_extra_commands: list[Callable[[argparse._SubParsersAction], None]] = []  # type: ignore[type-arg]
+def _register_extras(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from pyharvest.commands.verify import register as register_verify
+    from pyharvest.demo import register as register_demo
+
+    register_demo(sub)
+    register_verify(sub)
+
+
+# Sub-commands that live in their own modules.
+_extra_commands: list[Callable[[argparse._SubParsersAction], None]] = [_register_extras]  # type: ignore[type-arg]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

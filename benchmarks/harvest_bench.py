@@ -1,0 +1,412 @@
+"""Harvester throughput benchmark: backlog drain, steady state, key skew, large values.
+
+    python -m benchmarks.harvest_bench                       # PostgreSQL + embedded broker, every scenario
+    python -m benchmarks.harvest_bench --database sqlite:///tmp/b.db --scenarios drain
+    python -m benchmarks.harvest_bench --quick               # the small version CI runs for correctness
+
+Each scenario runs in a fresh child process, so that its peak RSS and CPU time are its own.
+Every scenario verifies its output (every record at least once, per-key order) so a fast
+wrong run cannot pass; the table is printed and the figures written as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+DEFAULT_DATABASE = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+@dataclass
+class Result:
+    scenario: str
+    database: str
+    records: int
+    keys: int
+    value_bytes: int
+    seconds: float = 0.0
+    records_per_second: float = 0.0
+    bare_produce_per_second: float = 0.0
+    statements_per_1000: float = 0.0
+    cpu_seconds: float = 0.0
+    peak_rss_mib: float = 0.0
+    latency_ms_p50: float | None = None
+    latency_ms_p99: float | None = None
+    latency_ms_max: float | None = None
+    offered_per_second: float | None = None
+    lost: int = 0
+    reordered: int = 0
+    duplicates: int = 0
+    notes: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.lost == 0 and self.reordered == 0
+
+
+# ----------------------------------------------------------------------------- workload
+
+
+def key_for(i: int, keys: int, skew: bool, rnd: random.Random) -> str:
+    if skew and rnd.random() < 0.9:
+        return f"hot-{rnd.randrange(10)}"
+    return f"key-{i % keys}" if not skew else f"key-{rnd.randrange(keys)}"
+
+
+def prefill(url: str, table: str, topic: str, n: int, keys: int, value_bytes: int, skew: bool) -> list[tuple[str, bytes]]:
+    """Stash ``n`` records with one writer (so every key's records are causally ordered)."""
+    import sqlalchemy as sa
+
+    from pyharvest import OutboxRecord, stasher
+
+    rnd = random.Random(42)
+    engine = sa.create_engine(url)
+    expected: list[tuple[str, bytes]] = []
+    pad = b"x" * max(0, value_bytes - 12)
+    with engine.connect() as conn:
+        i = 0
+        while i < n:
+            with conn.begin():
+                prepared = stasher.Stasher(table).prepare(conn)
+                for _ in range(min(1000, n - i)):
+                    key = key_for(i, keys, skew, rnd)
+                    value = f"{i:011d}|".encode() + pad
+                    prepared.stash(OutboxRecord(topic, key, value, headers=[("bench", "1")]))
+                    expected.append((key, value))
+                    i += 1
+    engine.dispose()
+    return expected
+
+
+class StatementCounter:
+    """Counts the statements every SQLAlchemy engine in this process sends, while enabled."""
+
+    def __init__(self) -> None:
+        import sqlalchemy as sa
+
+        self.count = 0
+        self.enabled = False
+        sa.event.listen(sa.engine.Engine, "before_cursor_execute", self._on_execute)
+
+    def _on_execute(self, *args: object) -> None:
+        if self.enabled:
+            self.count += 1
+
+
+def bare_produce_rate(bootstrap: str, topic: str, messages: list[tuple[str, bytes]]) -> float:
+    """The physical ceiling: the same messages through one confluent-kafka producer, acked."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    acked = [0]
+
+    def cb(err: object, _msg: object) -> None:
+        if err is None:
+            acked[0] += 1
+
+    started = time.monotonic()
+    for key, value in messages:
+        while True:
+            try:
+                p.produce(topic, value, key, headers=[("bench", "1")], on_delivery=cb)
+                break
+            except BufferError:
+                p.poll(0.005)
+        p.poll(0)
+    p.flush(60)
+    elapsed = time.monotonic() - started
+    return acked[0] / elapsed
+
+
+def harvester(url: str, table: str, bootstrap: str, **limits: object):  # noqa: ANN201
+    from pyharvest import Config, Harvest, Limits
+
+    cfg = Config(
+        base_kafka_config={"bootstrap.servers": bootstrap},
+        leader_group_id=f"bench-{uuid.uuid4().hex[:8]}",
+        data_source=url,
+        outbox_table=table,
+        limits=Limits(heartbeat_timeout=2.0, **limits),  # type: ignore[arg-type]
+    )
+    return Harvest(cfg)
+
+
+def verify(bootstrap: str, topic: str, expected: list[tuple[str, bytes]], result: Result) -> None:
+    from pyharvest.verify import verify_topic
+
+    report = verify_topic(bootstrap, topic, expected, timeout=max(60, len(expected) / 5000), idle=2.0)
+    result.lost, result.reordered, result.duplicates = report.lost_count, report.reorder_count, report.duplicate_count
+    result.notes["received"] = report.received_count
+
+
+def run_drain(args: argparse.Namespace, bootstrap: str, result: Result) -> None:
+    from pyharvest.bindings.sql import create_outbox_table
+    from tests_support import create_topic  # type: ignore[import-not-found]
+
+    table, topic = f"bench_{uuid.uuid4().hex[:8]}", f"bench-{uuid.uuid4().hex[:8]}"
+    create_outbox_table(args.database, table)
+    create_topic(bootstrap, topic, 10)
+    expected = prefill(args.database, table, topic, result.records, result.keys, result.value_bytes, args.skew)
+    counter = StatementCounter()
+    h = harvester(args.database, table, bootstrap)
+    h.start()
+    try:
+        while not h.is_leader:
+            time.sleep(0.01)
+        counter.enabled = True
+        cpu0 = time.process_time()
+        # From the first purge, not from election: leader election is not throughput.
+        while h.metrics.records_purged == 0:
+            time.sleep(0.0005)
+        started = time.monotonic()
+        while h.metrics.records_purged < result.records:
+            time.sleep(0.002)
+        result.seconds = time.monotonic() - started
+        result.cpu_seconds = time.process_time() - cpu0
+        counter.enabled = False
+    finally:
+        h.stop()
+        h.join(60)
+    result.records_per_second = result.records / result.seconds
+    result.statements_per_1000 = counter.count * 1000 / result.records
+    result.peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    verify(bootstrap, topic, expected, result)
+    ceiling_topic = f"bench-bare-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, ceiling_topic, 10)
+    result.bare_produce_per_second = bare_produce_rate(bootstrap, ceiling_topic, expected)
+    drop(args.database, table)
+
+
+def run_steady(args: argparse.Namespace, bootstrap: str, result: Result) -> None:
+    """Writers stash at an offered rate while the harvester runs; latency is commit -> read by
+    a consumer (an upper bound of commit -> ack)."""
+    import sqlalchemy as sa
+    from confluent_kafka import Consumer, TopicPartition
+
+    from pyharvest import OutboxRecord, stasher
+    from pyharvest.bindings.sql import create_outbox_table
+    from tests_support import create_topic  # type: ignore[import-not-found]
+
+    table, topic = f"bench_{uuid.uuid4().hex[:8]}", f"bench-{uuid.uuid4().hex[:8]}"
+    create_outbox_table(args.database, table)
+    create_topic(bootstrap, topic, 10)
+    rate, duration, writers = args.rate, args.duration, 4
+    expected: list[tuple[str, bytes]] = []
+    lock = threading.Lock()
+    latencies: list[float] = []
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(10)])
+    stop_reading = threading.Event()
+    received = [0]
+
+    def reader() -> None:
+        while not stop_reading.is_set():
+            for m in consumer.consume(1000, 0.1):
+                if m.error() is None:
+                    sent = float(dict(m.headers())["ts"])
+                    latencies.append(time.time() - sent)
+                    received[0] += 1
+
+    engine = sa.create_engine(args.database, pool_size=writers)
+    h = harvester(args.database, table, bootstrap)
+    h.start()
+    while not h.is_leader:
+        time.sleep(0.01)
+    threading.Thread(target=reader, daemon=True).start()
+    per_writer = rate / writers
+    batch = 50
+    deadline = time.monotonic() + duration
+    counter = StatementCounter()
+
+    def writer(w: int) -> None:
+        n, started = 0, time.monotonic()
+        while time.monotonic() < deadline:
+            with engine.begin() as tx:
+                prepared = stasher.Stasher(table).prepare(tx)
+                rows = []
+                for _ in range(batch):
+                    key = f"key-{w}-{n % (result.keys // writers)}"
+                    value = f"{w}:{n}".encode()
+                    rows.append((key, value))
+                    n += 1
+                ts = time.time()  # stamped just before commit
+                for key, value in rows:
+                    prepared.stash(OutboxRecord(topic, key, value, headers=[("ts", repr(ts))]))
+            with lock:
+                expected.extend(rows)
+            ahead = n / per_writer - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+
+    cpu0 = time.process_time()
+    counter.enabled = True
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    offered_seconds = time.monotonic() - started
+    while received[0] < len(expected) and time.monotonic() < deadline + 60:
+        time.sleep(0.05)
+    counter.enabled = False
+    result.cpu_seconds = time.process_time() - cpu0
+    stop_reading.set()
+    h.stop()
+    h.join(60)
+    consumer.close()
+    engine.dispose()
+    result.records = len(expected)
+    result.seconds = offered_seconds
+    result.offered_per_second = len(expected) / offered_seconds
+    result.records_per_second = h.metrics.records_purged / max(offered_seconds, 1e-9)
+    result.statements_per_1000 = counter.count * 1000 / max(1, len(expected))
+    result.peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    lat = sorted(latencies)
+    if lat:
+        result.latency_ms_p50 = lat[len(lat) // 2] * 1000
+        result.latency_ms_p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000
+        result.latency_ms_max = lat[-1] * 1000
+    verify(bootstrap, topic, expected, result)
+    drop(args.database, table)
+
+
+def run_stasher(args: argparse.Namespace, bootstrap: str, result: Result) -> None:
+    """One writer, the prepared path, committing every 100 records."""
+    import sqlalchemy as sa
+
+    from pyharvest import OutboxRecord, stasher
+    from pyharvest.bindings.sql import create_outbox_table
+
+    table = f"bench_{uuid.uuid4().hex[:8]}"
+    create_outbox_table(args.database, table)
+    engine = sa.create_engine(args.database)
+    value = b"x" * result.value_bytes
+    started = time.monotonic()
+    cpu0 = time.process_time()
+    with engine.connect() as conn:
+        for b in range(result.records // 100):
+            with conn.begin():
+                prepared = stasher.Stasher(table).prepare(conn)
+                for i in range(100):
+                    prepared.stash(OutboxRecord("t", f"key-{(b * 100 + i) % result.keys}", value, [("h", "v")]))
+    result.seconds = time.monotonic() - started
+    result.cpu_seconds = time.process_time() - cpu0
+    result.records_per_second = result.records / result.seconds
+    result.peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    engine.dispose()
+    drop(args.database, table)
+
+
+def drop(url: str, table: str) -> None:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    with engine.begin() as c:
+        c.execute(sa.text(f"DROP TABLE {table}"))
+    engine.dispose()
+
+
+SCENARIOS = {
+    # name: (runner, records, keys, value bytes, skew)
+    "drain": ("drain", 200_000, 1_000, 100, False),
+    "drain-1m": ("drain", 1_000_000, 1_000, 100, False),
+    "drain-100k": ("drain", 100_000, 1_000, 100, False),
+    "skew": ("drain", 50_000, 1_000, 100, True),
+    "large": ("drain", 20_000, 1_000, 10_240, False),
+    "steady": ("steady", 0, 1_000, 100, False),
+    "stasher": ("stasher", 100_000, 1_000, 100, False),
+}
+QUICK = {"drain": 3_000, "drain-1m": 4_000, "drain-100k": 2_000, "skew": 2_000, "large": 500, "stasher": 2_000}
+
+
+def child(args: argparse.Namespace) -> int:
+    runner, records, keys, value_bytes, skew = SCENARIOS[args.scenario]
+    if args.quick:
+        records = QUICK.get(args.scenario, records)
+    args.skew = skew
+    result = Result(args.scenario, _db_label(args.database), records, keys, value_bytes)
+    {"drain": run_drain, "steady": run_steady, "stasher": run_stasher}[runner](args, args.bootstrap, result)
+    print(json.dumps(asdict(result)))
+    return 0
+
+
+def _db_label(url: str) -> str:
+    return url.split("://")[0].split("+")[0]
+
+
+def parent(args: argparse.Namespace) -> int:
+    from pyharvest.bindings.kafka.embedded import EmbeddedBroker
+
+    results: list[Result] = []
+    with EmbeddedBroker() if not args.bootstrap else _Null() as broker:
+        bootstrap = args.bootstrap or broker.bootstrap_servers
+        for name in args.scenarios.split(","):
+            cmd = [sys.executable, "-m", "benchmarks.harvest_bench", "--child", "--scenario", name,
+                   "--database", args.database, "--bootstrap", bootstrap, "--rate", str(args.rate),
+                   "--duration", str(args.duration)] + (["--quick"] if args.quick else [])
+            print(f"running {name} ...", file=sys.stderr, flush=True)
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent,
+                                  env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent)})
+            if proc.returncode != 0:
+                print(proc.stderr[-4000:], file=sys.stderr)
+                return 1
+            results.append(Result(**json.loads(proc.stdout.strip().splitlines()[-1])))
+    print_table(results)
+    out = Path(args.json or "benchmarks/results/harvest.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    print(f"\nwrote {out}", file=sys.stderr)
+    return 0 if all(r.ok for r in results) else 1
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *a: object) -> None:
+        pass
+
+
+def print_table(results: list[Result]) -> None:
+    cols = ["scenario", "db", "records", "rec/s", "bare/s", "% bare", "stmt/1k", "cpu s", "rss MiB", "p50 ms", "p99 ms", "max ms", "lost", "reord", "dups"]
+    rows = []
+    for r in results:
+        pct = f"{100 * r.records_per_second / r.bare_produce_per_second:.0f}%" if r.bare_produce_per_second else "-"
+        fmt = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
+        rows.append([r.scenario, r.database, f"{r.records:,}", fmt(r.records_per_second), fmt(r.bare_produce_per_second or None),
+                     pct, f"{r.statements_per_1000:.1f}", f"{r.cpu_seconds:.1f}", f"{r.peak_rss_mib:.0f}",
+                     fmt(r.latency_ms_p50), fmt(r.latency_ms_p99), fmt(r.latency_ms_max), str(r.lost), str(r.reordered), str(r.duplicates)])
+    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
+    print("  ".join(c.rjust(w) for c, w in zip(cols, widths)))
+    for row in rows:
+        print("  ".join(v.rjust(w) for v, w in zip(row, widths)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--database", default=os.environ.get("PYHARVEST_BENCH_DATABASE", DEFAULT_DATABASE))
+    p.add_argument("--bootstrap", default=os.environ.get("PYHARVEST_BENCH_KAFKA"), help="default: the embedded broker")
+    p.add_argument("--scenarios", default="drain,steady,skew,large,stasher")
+    p.add_argument("--rate", type=float, default=10_000, help="offered records/s in the steady scenario")
+    p.add_argument("--duration", type=float, default=20, help="seconds of the steady scenario")
+    p.add_argument("--quick", action="store_true", help="small sizes: correctness, not timing")
+    p.add_argument("--json", default=None)
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--scenario", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    return child(args) if args.child else parent(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,29 @@
+"""The SQL binding: the outbox table through SQLAlchemy Core, one dialect plugin per database.
+
+>>> binding = create_binding("postgresql+psycopg://app@localhost/app", "outbox")  # doctest: +SKIP
+"""
+
+from pyharvest.bindings.sql.binding import ID_BATCH, SqlBinding
+from pyharvest.bindings.sql.factory import create_binding
+from pyharvest.bindings.sql.identifiers import TableName, parse_table_name
+from pyharvest.bindings.sql.outbox import GOHARVEST, LAYOUTS, NATIVE, MalformedRowError, OutboxTable
+from pyharvest.bindings.sql.schema import check_table, create_outbox_table, schema_ddl
+from pyharvest.bindings.sql.urls import libpq_to_url, mask_url
+
+__all__ = [
+    "GOHARVEST",
+    "ID_BATCH",
+    "LAYOUTS",
+    "NATIVE",
+    "MalformedRowError",
+    "OutboxTable",
+    "SqlBinding",
+    "TableName",
+    "check_table",
+    "create_binding",
+    "create_outbox_table",
+    "libpq_to_url",
+    "mask_url",
+    "parse_table_name",
+    "schema_ddl",
+]

@@ -1,0 +1,79 @@
+"""From a data-source string to a dialect plugin and a SQLAlchemy engine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import ArgumentError
+
+from pyharvest.bindings.sql.urls import is_libpq_dsn, mask_url
+from pyharvest.core.errors import BindingError, ConfigError
+from pyharvest.plugins.manager import Dialect, dialect_for_backend, load_dialect
+
+__all__ = ["POOL_SIZE", "create_engine", "resolve"]
+
+# The mark thread and the purge/reset thread each hold one connection at a time.
+POOL_SIZE = 2
+
+
+def resolve(data_source: str, dialect: str | None = None) -> tuple[sa.URL, Dialect]:
+    """The SQLAlchemy URL and the dialect plugin for a data source.
+
+    Without a dialect name, a libpq ``key=value`` string means PostgreSQL (as in goharvest)
+    and a URL means the dialect serving its backend (``mariadb`` → ``mysql``).
+    """
+    if not isinstance(data_source, str) or not data_source.strip():
+        raise ConfigError("dataSource", "expected a SQLAlchemy URL or a libpq key=value string")
+    if dialect is None:
+        if is_libpq_dsn(data_source):
+            dialect = "postgresql"
+        else:
+            dialect = dialect_for_backend(_parse(data_source).get_backend_name())
+    plugin = load_dialect(dialect)
+    text = data_source
+    if is_libpq_dsn(data_source):
+        try:
+            converted = plugin.normalize_data_source(data_source)
+        except ValueError as e:
+            raise ConfigError("dataSource", f"{e}: {mask_url(data_source)}") from None
+        if converted is None:
+            raise ConfigError(
+                "dataSource",
+                f"dialect {plugin.name!r} does not accept key=value data sources; give a SQLAlchemy URL "
+                f"(got {mask_url(data_source)})",
+            )
+        text = converted
+    return _parse(text), plugin
+
+
+def _parse(text: str) -> sa.URL:
+    try:
+        return sa.make_url(text)
+    except ArgumentError:
+        raise ConfigError(
+            "dataSource", f"{mask_url(text)!r} is neither a SQLAlchemy URL nor a libpq key=value string"
+        ) from None
+
+
+def create_engine(url: sa.URL, plugin: Dialect, **overrides: Any) -> sa.Engine:
+    """An engine with the plugin's options and session hooks and a small pool."""
+    options: dict[str, Any] = {"pool_size": POOL_SIZE, "max_overflow": 2, "pool_recycle": 1800}
+    options.update(plugin.engine_options(url))
+    options.update(overrides)
+    try:
+        engine = sa.create_engine(url, **options)
+    except TypeError:
+        # Pools without a size (SQLite :memory: uses a singleton pool) refuse the pool options.
+        for k in ("pool_size", "max_overflow"):
+            options.pop(k, None)
+        engine = sa.create_engine(url, **options)
+    except (ArgumentError, ImportError) as e:
+        raise BindingError(f"cannot create an engine for {url.render_as_string(hide_password=True)}: {e}") from e
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        plugin.on_connect(dbapi_connection, url)
+
+    plugin.configure_engine(engine)
+    return engine

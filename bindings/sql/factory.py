@@ -1,0 +1,46 @@
+"""``create_binding``: a ready, checked SQL binding from a data source and a table name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyharvest.bindings.sql.binding import MalformedRowHandler, SqlBinding
+from pyharvest.bindings.sql.connect import create_engine, resolve
+from pyharvest.bindings.sql.identifiers import TableName, parse_table_name
+from pyharvest.bindings.sql.outbox import OutboxTable
+from pyharvest.bindings.sql.schema import check_table
+
+__all__ = ["create_binding"]
+
+
+def create_binding(
+    data_source: str,
+    table: str | TableName = "outbox",
+    dialect: str | None = None,
+    *,
+    layout: str | None = None,
+    on_malformed: MalformedRowHandler | None = None,
+    engine_options: dict[str, Any] | None = None,
+) -> SqlBinding:
+    """A :class:`SqlBinding` for ``table`` at ``data_source`` (a SQLAlchemy URL or, for
+    PostgreSQL, a libpq ``key=value`` string).
+
+    ``dialect`` names the plugin (default: from the URL's backend). ``layout`` forces
+    ``"native"`` or ``"goharvest"`` (default: recognised from the table's columns). Raises
+    :class:`~pyharvest.core.errors.ConfigError` for a bad table name or data source and
+    :class:`~pyharvest.core.errors.BindingError` when the table is missing or wrong.
+    """
+    name = parse_table_name(table)
+    url, plugin = resolve(data_source, dialect)
+    engine = create_engine(url, plugin, **(engine_options or {}))
+    try:
+        found = check_table(engine, name, plugin, layout)
+        outbox = OutboxTable.build(name, found)
+        return SqlBinding(
+            engine, outbox, plugin, on_malformed=on_malformed, display_url=url.render_as_string(hide_password=True)
+        )
+    except BaseException:
+        engine.dispose()
+        raise
+
+

@@ -1,0 +1,50 @@
+"""Kafka headers as portable text: a JSON array of ``[key, value]`` pairs.
+
+A ``str`` value is stored as a JSON string; a ``bytes`` value as ``{"base64": "…"}``, so
+arbitrary bytes round-trip exactly and the two kinds stay distinguishable. The JSON is
+ASCII-only (``\\u`` escapes), so the column needs no Unicode-capable character set.
+"""
+
+from __future__ import annotations
+
+import json
+from base64 import b64decode, b64encode
+from collections.abc import Sequence
+
+from pyharvest.core.records import Header
+
+__all__ = ["EMPTY_HEADERS", "decode_headers", "encode_headers"]
+
+EMPTY_HEADERS = "[]"
+_BYTES_TAG = "base64"
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+_loads = json.loads
+
+
+def encode_headers(headers: Sequence[Header]) -> str:
+    if not headers:
+        return EMPTY_HEADERS
+    return _dumps(
+        [[k, v if type(v) is str else {_BYTES_TAG: b64encode(v).decode("ascii")}] for k, v in headers]
+    )
+
+
+def decode_headers(text: str) -> tuple[Header, ...]:
+    """Inverse of :func:`encode_headers`; raises ``ValueError`` on anything it did not write."""
+    if text == EMPTY_HEADERS:  # the common case: no JSON parse per row
+        return ()
+    pairs = _loads(text)
+    if type(pairs) is not list:
+        raise ValueError("headers are not a JSON array")
+    out: list[Header] = []
+    for pair in pairs:
+        if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
+            raise ValueError(f"header entry {pair!r} is not a [key, value] pair")
+        k, v = pair
+        if type(v) is str:
+            out.append((k, v))
+        elif type(v) is dict and len(v) == 1 and type(v.get(_BYTES_TAG)) is str:
+            out.append((k, b64decode(v[_BYTES_TAG], validate=True)))
+        else:
+            raise ValueError(f"header {k!r} has a value of unexpected form")
+    return tuple(out)

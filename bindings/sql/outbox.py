@@ -1,0 +1,230 @@
+"""The outbox table as SQLAlchemy Core sees it, per layout, with the row codecs.
+
+Two layouts exist:
+
+``native``
+    Portable across dialects: ``kafka_value`` is binary, ``kafka_headers`` is JSON text
+    (see :mod:`.headers`), ``leader_id`` is a 36-character string.
+``goharvest``
+    goharvest's own PostgreSQL table, unchanged: ``kafka_value`` is text (UTF-8),
+    headers are two ``TEXT[]`` columns, ``leader_id`` is a ``UUID``.
+
+Decoding is the per-row hot path of the harvester, so it is a plain function per layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect as SADialect
+from sqlalchemy.types import TypeDecorator
+
+from pyharvest.bindings.sql.headers import decode_headers, encode_headers
+from pyharvest.bindings.sql.identifiers import TableName
+from pyharvest.core.records import InvalidRecordError, OutboxRecord
+
+__all__ = [
+    "GOHARVEST",
+    "KEY_LENGTH",
+    "LAYOUTS",
+    "NATIVE",
+    "MalformedRowError",
+    "OutboxTable",
+    "UTCDateTime",
+]
+
+NATIVE = "native"
+GOHARVEST = "goharvest"
+LAYOUTS = (NATIVE, GOHARVEST)
+
+TOPIC_LENGTH = 249  # Kafka's limit
+KEY_LENGTH = 255  # characters; enough for ids, UUIDs and composite keys
+LEADER_ID_LENGTH = 36  # a UUID in text form
+
+# Columns each layout must have; used to check an existing table at start-up.
+REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
+    NATIVE: ("id", "create_time", "kafka_topic", "kafka_key", "kafka_value", "kafka_headers", "leader_id"),
+    GOHARVEST: (
+        "id",
+        "create_time",
+        "kafka_topic",
+        "kafka_key",
+        "kafka_value",
+        "kafka_header_keys",
+        "kafka_header_values",
+        "leader_id",
+    ),
+}
+
+_UTC = timezone.utc
+
+
+class MalformedRowError(ValueError):
+    """A marked row cannot be turned into a record (e.g. header arrays of unequal length)."""
+
+    def __init__(self, row_id: object, problem: str) -> None:
+        super().__init__(f"outbox row id={row_id}: {problem}")
+        self.row_id = row_id
+        self.problem = problem
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timestamps are aware UTC datetimes in Python whatever the database stores.
+
+    Databases whose drivers lose the offset (SQLite, MySQL ``DATETIME``, Oracle via
+    python-oracledb) store naive UTC; reading attaches UTC again.
+    """
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: SADialect) -> datetime | None:
+        if value is None or dialect.name == "postgresql":
+            return value
+        if value.tzinfo is not None:
+            value = value.astimezone(_UTC).replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: SADialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=_UTC)
+        return value
+
+
+def _native_columns() -> list[sa.Column[Any]]:
+    return [
+        sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=True),
+        sa.Column("create_time", UTCDateTime, nullable=False),
+        sa.Column("kafka_topic", sa.String(TOPIC_LENGTH), nullable=False),
+        sa.Column("kafka_key", sa.Unicode(KEY_LENGTH), nullable=False),
+        sa.Column("kafka_value", sa.LargeBinary, nullable=True),
+        sa.Column("kafka_headers", sa.Text, nullable=False),
+        sa.Column("leader_id", sa.String(LEADER_ID_LENGTH), nullable=True),
+    ]
+
+
+def _goharvest_columns() -> list[sa.Column[Any]]:
+    return [
+        sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=True),
+        sa.Column("create_time", UTCDateTime, nullable=False),
+        sa.Column("kafka_topic", sa.String(TOPIC_LENGTH), nullable=False),
+        sa.Column("kafka_key", sa.String(100), nullable=False),
+        sa.Column("kafka_value", sa.String(10000), nullable=True),
+        sa.Column("kafka_header_keys", sa.ARRAY(sa.Text), nullable=False),
+        sa.Column("kafka_header_values", sa.ARRAY(sa.Text), nullable=False),
+        sa.Column("leader_id", sa.Uuid(as_uuid=False), nullable=True),
+    ]
+
+
+def _decode_native(row: Sequence[Any]) -> OutboxRecord:
+    id_, create_time, topic, key, value, headers, leader_id = row
+    if type(value) is memoryview:
+        value = bytes(value)
+    try:
+        decoded = () if headers == "[]" else decode_headers(headers)
+    except (ValueError, TypeError) as e:
+        raise MalformedRowError(id_, f"kafka_headers is not valid header JSON: {e}") from None
+    return OutboxRecord(topic, key, value, decoded, id_, create_time, leader_id)
+
+
+def _encode_native(record: OutboxRecord, now: datetime) -> dict[str, Any]:
+    value = record.value
+    return {
+        "create_time": now,
+        "kafka_topic": record.topic,
+        "kafka_key": record.key,
+        "kafka_value": value.encode() if type(value) is str else value,
+        "kafka_headers": encode_headers(record.headers),
+    }
+
+
+def _decode_goharvest(row: Sequence[Any]) -> OutboxRecord:
+    id_, create_time, topic, key, value, header_keys, header_values, leader_id = row
+    if len(header_keys) != len(header_values):
+        raise MalformedRowError(
+            id_,
+            f"kafka_header_keys has {len(header_keys)} entries but kafka_header_values has "
+            f"{len(header_values)}; fix or delete the row",
+        )
+    headers = tuple(zip(header_keys, header_values, strict=True)) if header_keys else ()
+    return OutboxRecord(
+        topic, key, None if value is None else value.encode(), headers, id_, create_time, leader_id
+    )
+
+
+def _text(what: str, value: str | bytes) -> str:
+    """goharvest stores text: bytes must be UTF-8, and PostgreSQL text cannot hold NUL."""
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidRecordError(
+                f"{what} is not UTF-8: the goharvest table layout stores text; use the native layout for binary data"
+            ) from None
+    if "\x00" in value:
+        raise InvalidRecordError(f"{what} contains a NUL character, which PostgreSQL text cannot store")
+    return value
+
+
+def _encode_goharvest(record: OutboxRecord, now: datetime) -> dict[str, Any]:
+    value = record.value
+    return {
+        "create_time": now,
+        "kafka_topic": record.topic,
+        "kafka_key": _text("record key", record.key),
+        "kafka_value": None if value is None else _text("record value", value),
+        "kafka_header_keys": [_text("header key", k) for k, _ in record.headers],
+        "kafka_header_values": [_text(f"header {k!r} value", v) for k, v in record.headers],
+    }
+
+
+_CODECS: dict[str, tuple[Callable[[], list[sa.Column[Any]]], Callable[..., OutboxRecord], Callable[..., dict[str, Any]]]] = {
+    NATIVE: (_native_columns, _decode_native, _encode_native),
+    GOHARVEST: (_goharvest_columns, _decode_goharvest, _encode_goharvest),
+}
+
+
+@dataclass(frozen=True, eq=False)
+class OutboxTable:
+    """One outbox table: its name, layout, Core :class:`~sqlalchemy.Table` and row codecs.
+
+    ``table.c`` holds the columns in the order rows are selected and decoded.
+    """
+
+    name: TableName
+    layout: str
+    table: sa.Table
+    decode: Callable[[Sequence[Any]], OutboxRecord] = field(repr=False)
+    encode: Callable[[OutboxRecord, datetime], dict[str, Any]] = field(repr=False)
+
+    @classmethod
+    def build(cls, name: TableName, layout: str = NATIVE) -> OutboxTable:
+        if layout not in _CODECS:
+            raise ValueError(f"unknown outbox table layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
+        columns, decode, encode = _CODECS[layout]
+        table = sa.Table(name.name, sa.MetaData(), *columns(), schema=name.schema)
+        return cls(name, layout, table, decode, encode)
+
+    @property
+    def columns(self) -> list[sa.Column[Any]]:
+        return list(self.table.c)
+
+    @property
+    def id(self) -> sa.Column[Any]:
+        return self.table.c.id
+
+    @property
+    def leader_id(self) -> sa.Column[Any]:
+        return self.table.c.leader_id
+
+    def unmarked_by(self, leader_param: sa.BindParameter[Any]) -> sa.ColumnElement[bool]:
+        """Rows not yet marked by this leader: never marked, or marked by another leader."""
+        return sa.or_(self.leader_id.is_(None), self.leader_id != leader_param)
+
+    @staticmethod
+    def now() -> datetime:
+        return datetime.now(_UTC)

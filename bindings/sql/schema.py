@@ -1,0 +1,82 @@
+"""The outbox table's DDL, creation, and the start-up check of an existing table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import NoSuchTableError
+
+from pyharvest.bindings.sql.connect import create_engine, resolve
+from pyharvest.bindings.sql.identifiers import TableName, parse_table_name
+from pyharvest.bindings.sql.outbox import NATIVE, REQUIRED_COLUMNS, OutboxTable
+from pyharvest.core.errors import BindingError
+from pyharvest.plugins.manager import Dialect, load_dialect
+
+__all__ = ["check_table", "create_outbox_table", "schema_ddl"]
+
+
+def _layout_supported(plugin: Dialect, layout: str) -> None:
+    if layout not in plugin.table_layouts():
+        raise BindingError(
+            f"dialect {plugin.name!r} does not support the {layout!r} table layout; "
+            f"it supports: {', '.join(plugin.table_layouts())}"
+        )
+
+
+def schema_ddl(dialect_name: str, table: str | TableName = "outbox", layout: str = NATIVE) -> str:
+    """The SQL that creates the outbox table (and what the mark needs) for a dialect."""
+    plugin = load_dialect(dialect_name)
+    _layout_supported(plugin, layout)
+    statements = plugin.outbox_ddl(OutboxTable.build(parse_table_name(table), layout))
+    return "".join(s.strip().rstrip(";") + ";\n" for s in statements)
+
+
+def create_outbox_table(
+    data_source: str, table: str | TableName = "outbox", dialect: str | None = None, layout: str = NATIVE
+) -> None:
+    """Create the outbox table unless it exists (idempotent); an existing table is checked."""
+    name = parse_table_name(table)
+    url, plugin = resolve(data_source, dialect)
+    _layout_supported(plugin, layout)
+    engine = create_engine(url, plugin, pool_size=1)
+    try:
+        if not sa.inspect(engine).has_table(name.name, schema=name.schema):
+            with engine.begin() as conn:
+                for stmt in plugin.outbox_ddl(OutboxTable.build(name, layout)):
+                    conn.exec_driver_sql(stmt)
+        check_table(engine, name, plugin, layout)
+    finally:
+        engine.dispose()
+
+
+def check_table(engine: sa.Engine, name: TableName, plugin: Dialect, layout: str | None = None) -> str:
+    """Check the table exists with the columns of its layout; return the layout.
+
+    ``layout=None`` recognises it from the columns (through the dialect's hook).
+    """
+    where = f"at {engine.url.render_as_string(hide_password=True)}"
+    try:
+        reflected = sa.inspect(engine).get_columns(name.name, schema=name.schema)
+    except NoSuchTableError:
+        raise BindingError(
+            f"outbox table {str(name)!r} does not exist {where}; create it with "
+            f"`reaper init-db --table {name}` (or `reaper schema --binding {plugin.name}` to see the DDL)"
+        ) from None
+    except sa.exc.OperationalError as e:
+        raise BindingError(f"cannot inspect outbox table {str(name)!r} {where}: {str(e.orig).splitlines()[0]}") from e
+    columns: dict[str, Any] = {c["name"].lower(): c for c in reflected}
+    if not columns:  # some backends report a missing table as no columns
+        raise BindingError(f"outbox table {str(name)!r} does not exist {where}; create it with `reaper init-db`")
+    if layout is None:
+        layout = plugin.detect_layout(columns) or NATIVE
+    _layout_supported(plugin, layout)
+    missing = [c for c in REQUIRED_COLUMNS[layout] if c not in columns]
+    if missing:
+        raise BindingError(
+            f"outbox table {str(name)!r} {where} lacks column(s) {', '.join(missing)} of the {layout!r} layout; "
+            f"compare it with `reaper schema --binding {plugin.name}`, or create a fresh one with `reaper init-db`"
+        )
+    return layout
+
+

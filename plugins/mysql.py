@@ -1,0 +1,61 @@
+"""MySQL 8 and MariaDB 10.6+, through PyMySQL.
+
+PyMySQL is pure Python and maintained: no C toolchain or client library to install.
+
+Mark: the generic transactional mark (neither MySQL nor MariaDB has ``UPDATE …
+RETURNING``): ``SELECT id … ORDER BY id LIMIT n FOR UPDATE``, ``UPDATE … WHERE id IN
+(…)``, read back, commit. The binding's sessions run at READ COMMITTED: under InnoDB's
+default REPEATABLE READ the locking read would also take gap and next-key locks, blocking
+services inserting new outbox rows until the mark commits.
+
+Timestamps are ``DATETIME(6)`` holding UTC (the stasher converts); the column default
+``CURRENT_TIMESTAMP(6)`` is in the writer's session time zone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+
+from pyharvest.bindings.sql.outbox import KEY_LENGTH, OutboxTable
+from pyharvest.plugins import hookimpl
+
+NAME = "mysql"
+_preparer = mysql.dialect().identifier_preparer
+
+
+@hookimpl
+def pyharvest_dialect_name() -> str:
+    return NAME
+
+
+@hookimpl
+def pyharvest_url_backends() -> Sequence[str]:
+    return ("mysql", "mariadb")
+
+
+@hookimpl
+def pyharvest_engine_options(url: sa.URL) -> Mapping[str, Any]:
+    return {"isolation_level": "READ COMMITTED"}
+
+
+@hookimpl
+def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str] | None:
+    if table.layout != "native":
+        return None
+    t = table.name.quoted(_preparer)
+    # utf8mb4 for any Unicode key; binary collation so comparisons are exact.
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {t} (
+  id            BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  create_time   DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+  kafka_topic   VARCHAR(249) NOT NULL,
+  kafka_key     VARCHAR({KEY_LENGTH}) NOT NULL,
+  kafka_value   LONGBLOB NULL,
+  kafka_headers LONGTEXT NOT NULL,
+  leader_id     VARCHAR(36) NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"""
+    ]

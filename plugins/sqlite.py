@@ -1,0 +1,71 @@
+"""SQLite (3.35+ for ``UPDATE … RETURNING``), through the standard library's ``sqlite3``.
+
+Mark: one ``UPDATE … WHERE id IN (SELECT id … ORDER BY id LIMIT n) RETURNING …``; SQLite
+has no row locks, the write lock serialises markers. ``id`` is ``INTEGER PRIMARY KEY
+AUTOINCREMENT`` so an id is never reused after a purge (a late purge or reset of an old id
+must not hit a new row). The database file is put in WAL mode so that readers and the
+single writer do not block each other, and writers wait up to 30 s for the lock.
+An in-memory database (``sqlite://``) is private to one connection: use a file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite
+
+from pyharvest.bindings.sql.marking import MarkStrategy, ReturningMark
+from pyharvest.bindings.sql.outbox import KEY_LENGTH, OutboxTable
+from pyharvest.plugins import hookimpl
+
+NAME = "sqlite"
+BUSY_TIMEOUT_SECONDS = 30.0
+_preparer = sqlite.dialect().identifier_preparer
+
+
+@hookimpl
+def pyharvest_dialect_name() -> str:
+    return NAME
+
+
+@hookimpl
+def pyharvest_url_backends() -> Sequence[str]:
+    return ("sqlite",)
+
+
+@hookimpl
+def pyharvest_engine_options(url: sa.URL) -> Mapping[str, Any]:
+    return {"connect_args": {"timeout": BUSY_TIMEOUT_SECONDS}}
+
+
+@hookimpl
+def pyharvest_on_connect(dbapi_connection: Any, url: sa.URL) -> None:
+    if url.database and url.database != ":memory:":
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.close()
+
+
+@hookimpl
+def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str] | None:
+    if table.layout != "native":
+        return None
+    t = table.name.quoted(_preparer)
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {t} (
+  id            INTEGER PRIMARY KEY AUTOINCREMENT,
+  create_time   TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,
+  kafka_topic   VARCHAR(249) NOT NULL,
+  kafka_key     VARCHAR({KEY_LENGTH}) NOT NULL,
+  kafka_value   BLOB,
+  kafka_headers TEXT NOT NULL DEFAULT '[]',
+  leader_id     VARCHAR(36)
+)"""
+    ]
+
+
+@hookimpl
+def pyharvest_mark_strategy(table: OutboxTable) -> MarkStrategy:
+    return ReturningMark(table, lock=False)

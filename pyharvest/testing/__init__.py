@@ -1,0 +1,1 @@
+"""Test support shipped with pyharvest: the dialect conformance suite (:mod:`.conformance`)."""

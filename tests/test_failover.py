@@ -1,0 +1,154 @@
+"""Failover between reaper processes: the leader is stopped (SIGTERM), then killed (SIGKILL),
+mid-stream; the survivors finish the job with nothing lost and per-key order held."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+import yaml
+
+from pyharvest import OutboxRecord, stasher
+from pyharvest.bindings.sql import create_outbox_table
+from tests.kafka_tools import create_topic, read_topic, values_per_key
+from tests.test_harvest_e2e import collapse_one_off_duplicates, wait_empty
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
+
+
+class Reaper:
+    def __init__(self, config_path: Path, log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in wait()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pyharvest.cli", "-f", str(config_path)],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def leader_terms(self) -> int:
+        text = self.log()
+        return text.count("elected leader") - text.count("lost leader status") - text.count("fenced:")
+
+    def is_leader(self) -> bool:
+        return self.proc.poll() is None and self.leader_terms() > 0
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = 30) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._log.close()
+
+
+def wait_for(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_leader_stopped_then_killed_mid_stream(tmp_path, kafka_bootstrap, database_url, table_name, topic_name):
+    create_outbox_table(database_url, table_name)
+    create_topic(kafka_bootstrap, topic_name, partitions=4)
+    group = f"failover-{uuid.uuid4().hex[:8]}"
+    config = {
+        "harvest": {
+            "baseKafkaConfig": {"bootstrap.servers": kafka_bootstrap},
+            "leaderGroupID": group,
+            "dataSource": database_url,
+            "outboxTable": table_name,
+            "limits": {"heartbeatTimeout": "2s", "minPollInterval": "50ms", "maxInFlightRecords": 200},
+        },
+        "logging": {"level": "Info"},
+    }
+    config_path = tmp_path / "reaper.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+
+    keys = [f"k{i}" for i in range(40)]
+    sequence = dict.fromkeys(keys, 0)
+    stop_writing = threading.Event()
+    errors: list[BaseException] = []
+    engine = sa.create_engine(database_url)
+
+    def writer() -> None:
+        # One writer: every key's records are causally ordered.
+        try:
+            i = 0
+            while not stop_writing.is_set():
+                with engine.begin() as conn:
+                    prepared = stasher.Stasher(table_name).prepare(conn)
+                    for _ in range(20):
+                        key = keys[i % len(keys)]
+                        prepared.stash(OutboxRecord(topic_name, key, f"{key}:{sequence[key]}".encode()))
+                        sequence[key] += 1
+                        i += 1
+                time.sleep(0.01)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    reapers = [Reaper(config_path, tmp_path / f"reaper-{n}.log") for n in range(2)]
+    writing = threading.Thread(target=writer)
+    writing.start()
+    try:
+        wait_for(lambda: any(r.is_leader() for r in reapers), 60, "a first leader")
+        time.sleep(2)
+        first = next(r for r in reapers if r.is_leader())
+        first.signal(signal.SIGTERM)
+        assert first.wait(30) == 0, first.log()
+        assert "stopped" in first.log()
+        survivor = next(r for r in reapers if r is not first)
+        wait_for(survivor.is_leader, 60, "the standby to take over after SIGTERM")
+        # Bring a standby back (the rebalance may move leadership to it), then kill whoever
+        # leads outright, with its in-flight window full.
+        reapers.append(Reaper(config_path, tmp_path / "reaper-2.log"))
+        live = [survivor, reapers[2]]
+        time.sleep(5)
+        wait_for(lambda: sum(r.is_leader() for r in live) == 1, 60, "the group to settle on one leader")
+        victim = next(r for r in live if r.is_leader())
+        heir = next(r for r in live if r is not victim)
+        victim.signal(signal.SIGKILL)
+        victim.wait(10)
+        wait_for(heir.is_leader, 90, "the standby to take over after SIGKILL")
+        time.sleep(1)
+        stop_writing.set()
+        writing.join()
+        assert not errors, errors
+        wait_empty(database_url, table_name, 120)
+    finally:
+        stop_writing.set()
+        writing.join()
+        for r in reapers:
+            if r.proc.poll() is None:
+                r.signal(signal.SIGTERM)
+        for r in reapers:
+            try:
+                r.wait(30)
+            except subprocess.TimeoutExpired:
+                r.proc.kill()
+                r.wait(5)
+        engine.dispose()
+
+    total = sum(sequence.values())
+    got = values_per_key(read_topic(kafka_bootstrap, topic_name, expect=total))
+    duplicates = 0
+    for key in keys:
+        expected = [f"{key}:{i}".encode() for i in range(sequence[key])]
+        received = got.get(key, [])
+        assert collapse_one_off_duplicates(received) == expected, f"key {key}: lost or reordered"
+        duplicates += len(received) - len(expected)
+    print(f"failover: {total} records, {duplicates} one-off duplicates")
