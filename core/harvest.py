@@ -187,6 +187,12 @@ class Harvest:
             return list(self._in_flight_keys)
 
     @property
+    def binding(self) -> DatabaseBinding | None:
+        """The database binding while the harvester runs (``None`` before start and after
+        stop); exporters use its optional extras (``count()`` for the backlog gauge)."""
+        return self._binding
+
+    @property
     def backlog_in_memory(self) -> int:
         """Marked records waiting behind an in-flight record of the same key."""
         return self._parked_count

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
 
-from pyharvest.core.config import ReaperConfig, mask_data_source
+from pyharvest.core.config import mask_data_source
 from pyharvest.core.errors import ConfigError, HarvestError
 from pyharvest.core.kafka import TopicError
 
@@ -60,16 +60,29 @@ def _die(message: str, code: int = EXIT_FAILURE) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from pyharvest.bindings.ops import start_ops_server
+    from pyharvest.bindings.ops.config import OpsConfig
+    from pyharvest.envconfig import env_overrides, load_reaper_config
     from pyharvest.harvest import Harvest
 
-    cfg = ReaperConfig.load(args.file)
+    cfg = load_reaper_config(args.file)  # reaper.yaml, then PYHARVEST_<SECTION>__<KEY> overrides
     harvest_cfg = cfg.harvest.resolve()
+    # A 'metrics:' section (even empty) turns on /metrics, /healthz and /readyz.
+    ops_cfg = OpsConfig.from_mapping(cfg.extra["metrics"]) if "metrics" in cfg.extra else None
     setup_logging(cfg.logging.numeric_level, cfg.logging.json)
     if args.print_config:
         import yaml
 
-        print(yaml.safe_dump({"harvest": harvest_cfg.to_mapping(mask_secrets=True)}, sort_keys=False), end="")
+        printed: dict[str, object] = {
+            "harvest": harvest_cfg.to_mapping(mask_secrets=True),
+            "logging": {"level": cfg.logging.level, "json": cfg.logging.json},
+        }
+        if ops_cfg is not None:
+            printed["metrics"] = ops_cfg.to_mapping()
+        print(yaml.safe_dump(printed, sort_keys=False), end="")
         return EXIT_OK
+    for override in env_overrides():
+        log.info("%s set from %s: %r", override.key, override.variable, override.masked_value())
     harvest = Harvest(harvest_cfg)
     stop_requested = threading.Event()
 
@@ -81,6 +94,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         log.info("%s received: stopping", signal.Signals(signum).name)
         harvest.stop()
 
+    # Before start(): probes answer while the harvester connects (not ready until it runs).
+    ops = start_ops_server(harvest, ops_cfg)
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         log.info("reaper starting with %s", harvest_cfg)
@@ -90,6 +105,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+        if ops is not None:
+            ops.stop()
     return EXIT_OK
 
 
@@ -145,11 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_extras(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from pyharvest.commands.quarantine import register as register_quarantine
     from pyharvest.commands.verify import register as register_verify
     from pyharvest.demo import register as register_demo
 
     register_demo(sub)
     register_verify(sub)
+    register_quarantine(sub)
 
 
 # Sub-commands that live in their own modules.

@@ -1,0 +1,279 @@
+"""A Prometheus collector that reads a harvester's state when scraped.
+
+The engine only bumps plain counters and appends latencies to bounded reservoirs
+(:class:`pyharvest.core.metrics.HarvestMetrics`); everything Prometheus-specific happens here,
+on the scraping thread, so harvesting pays nothing for being observed.
+
+Embedded users register it with their own registry::
+
+    from prometheus_client import REGISTRY
+    from pyharvest.bindings.ops import HarvestCollector
+
+    REGISTRY.register(HarvestCollector(harvest))
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from pyharvest.core.harvest import Harvest
+
+__all__ = ["LATENCY_BUCKETS", "BacklogCounter", "HarvestCollector"]
+
+log = logging.getLogger("pyharvest.metrics")
+
+#: Upper bounds (seconds) of the mark and purge latency histograms' buckets.
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)
+
+# (metric suffix, HarvestMetrics attribute, help)
+_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("records_marked", "records_marked", "Outbox records marked for publication by this process."),
+    ("records_published", "records_published", "Records handed to the Kafka producer."),
+    ("records_purged", "records_purged", "Records acknowledged by Kafka and deleted from the outbox."),
+    ("records_reset", "records_reset", "Records whose delivery failed and were reset for a remark."),
+    ("records_quarantined", "records_quarantined", "Poison records quarantined (poisonPolicy: quarantine)."),
+    ("marks", "marks", "Mark statements run."),
+    ("mark_errors", "mark_errors", "Mark statements that failed (each forces a remark)."),
+    ("purge_statements", "purge_statements", "Purge statements run (one per batch of acknowledgements)."),
+    ("reset_statements", "reset_statements", "Reset statements run."),
+    ("database_errors", "db_errors", "Failed purge, reset or quarantine attempts (retried)."),
+    ("leader_acquisitions", "leader_acquisitions", "Times this process became the leader."),
+    ("leader_refreshes", "leader_refreshes", "Leader id refreshes forcing a remark (after errors, missed deadlines)."),
+)
+
+_HISTOGRAMS: tuple[tuple[str, str, str], ...] = (
+    ("mark_duration_seconds", "mark_seconds", "Time a mark statement took."),
+    ("purge_duration_seconds", "purge_seconds", "Time a purge took, retries included."),
+)
+
+
+class _Histogram:
+    """Cumulative buckets fed from a reservoir of observations."""
+
+    __slots__ = ("bounds", "counts", "sum", "total")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)  # the last one is +Inf
+        self.total = 0
+        self.sum = 0.0
+
+    def add(self, observations: Iterable[float]) -> None:
+        bounds, counts = self.bounds, self.counts
+        for v in observations:
+            counts[bisect.bisect_left(bounds, v)] += 1
+            self.total += 1
+            self.sum += v
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        running = 0
+        for bound, n in zip(self.bounds, self.counts, strict=False):
+            running += n
+            out.append((_le(bound), running))
+        out.append(("+Inf", self.total))
+        return out
+
+
+def _le(bound: float) -> str:
+    return repr(float(bound))
+
+
+class _HarvestHistograms:
+    """The histograms of one harvester, shared by every collector reading it, since draining
+    a reservoir takes its observations away from any other reader."""
+
+    def __init__(self, buckets: Sequence[float]) -> None:
+        self.lock = threading.Lock()
+        self.by_attr = {attr: _Histogram(buckets) for _, attr, _ in _HISTOGRAMS}
+
+
+_shared: weakref.WeakKeyDictionary[Any, _HarvestHistograms] = weakref.WeakKeyDictionary()
+_shared_lock = threading.Lock()
+
+
+def _histograms_of(harvest: Harvest, buckets: Sequence[float]) -> _HarvestHistograms:
+    with _shared_lock:
+        h = _shared.get(harvest)
+        if h is None:
+            h = _shared[harvest] = _HarvestHistograms(buckets)
+        return h
+
+
+class BacklogCounter:
+    """Counts the outbox every ``interval`` seconds on a daemon thread, through the binding's
+    optional ``count()`` method; :attr:`value` is ``None`` while unknown (no ``count()``, not
+    started yet, or the last count failed)."""
+
+    def __init__(self, harvest: Harvest, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._harvest = harvest
+        self.interval = interval
+        self._clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.value: int | None = None
+        self.counted_at: float | None = None
+        self._failures = 0
+
+    def start(self) -> BacklogCounter:
+        self._thread = threading.Thread(target=self._run, name="pyharvest-backlog", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout)
+
+    def count_once(self) -> int | None:
+        count = getattr(_binding_of(self._harvest), "count", None)
+        if count is None:
+            self.value = None
+            return None
+        try:
+            n = int(count())
+        except Exception as e:  # noqa: BLE001 - the gauge goes away until a count works again
+            self._failures += 1
+            if self._failures == 1 or self._failures % 100 == 0:
+                log.warning("counting the outbox failed (%d so far): %s", self._failures, e)
+            self.value = None
+            return None
+        self._failures = 0
+        self.value, self.counted_at = n, self._clock()
+        return n
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.count_once()
+            self._stop.wait(self.interval)
+
+
+def _binding_of(harvest: Harvest) -> object | None:
+    # The engine holds its binding only while running; a public accessor is preferred if present.
+    binding = getattr(harvest, "binding", None)
+    if binding is None:
+        binding = getattr(harvest, "_binding", None)
+    return binding
+
+
+def _copy_dict(d: dict[str, int]) -> dict[str, int]:
+    for _ in range(5):
+        try:
+            return dict(d)
+        except RuntimeError:  # changed size while copying (another thread added an error code)
+            continue
+    return {}
+
+
+class HarvestCollector(Collector):
+    """Reads a :class:`~pyharvest.core.harvest.Harvest` at scrape time.
+
+    Every metric is prefixed with ``namespace`` (``pyharvest``). The mark and purge latency
+    histograms drain the engine's reservoirs; all collectors of one harvester share the
+    accumulated buckets, so registering two does not split the observations.
+    """
+
+    def __init__(
+        self,
+        harvest: Harvest,
+        *,
+        namespace: str = "pyharvest",
+        backlog: BacklogCounter | None = None,
+        buckets: Sequence[float] = LATENCY_BUCKETS,
+    ) -> None:
+        self._harvest = harvest
+        self._ns = namespace
+        self._backlog = backlog
+        self._histograms = _histograms_of(harvest, sorted(buckets))
+
+    def describe(self) -> Iterable[Metric]:
+        # Without describe(), a registry with auto_describe (the global REGISTRY) would call
+        # collect() at registration: a database ping and an early drain, for nothing.
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        h, ns = self._harvest, self._ns
+        m = h.metrics
+        cfg = h.config
+
+        info = InfoMetricFamily(f"{ns}_harvester", "This harvester's identity and outbox.")
+        info.add_metric(
+            [],
+            {
+                "name": cfg.name,
+                "leader_group_id": cfg.leader_group_id,
+                "leader_topic": cfg.leader_topic,
+                "outbox_table": cfg.outbox_table,
+            },
+        )
+        yield info
+
+        health = h.health()
+        yield GaugeMetricFamily(f"{ns}_running", "1 while the harvester runs.", value=1.0 if health.running else 0.0)
+        yield GaugeMetricFamily(
+            f"{ns}_leader", "1 while this process is the leader and harvests the outbox.",
+            value=1.0 if h.is_leader else 0.0,
+        )
+        if health.broker_connected is not None:
+            yield GaugeMetricFamily(
+                f"{ns}_broker_connected", "1 while the leader-election client reaches a Kafka broker.",
+                value=1.0 if health.broker_connected else 0.0,
+            )
+        if health.database_connected is not None:
+            yield GaugeMetricFamily(
+                f"{ns}_database_connected", "1 while the database answers (pinged at most every 2s).",
+                value=1.0 if health.database_connected else 0.0,
+            )
+        yield GaugeMetricFamily(f"{ns}_ready", "1 while /readyz answers 200.", value=1.0 if health.ready else 0.0)
+
+        for suffix, attr, doc in _COUNTERS:
+            yield CounterMetricFamily(f"{ns}_{suffix}", doc, value=float(getattr(m, attr)))
+
+        errors = CounterMetricFamily(
+            f"{ns}_delivery_errors", "Deliveries Kafka refused, by error code.", labels=["code"]
+        )
+        for code, n in sorted(_copy_dict(m.delivery_errors).items()):
+            errors.add_metric([code], float(n))
+        yield errors
+
+        yield GaugeMetricFamily(f"{ns}_in_flight_records", "Records sent and not yet acknowledged.",
+                                value=float(h.in_flight_records))
+        yield GaugeMetricFamily(f"{ns}_in_flight_keys", "Keys with a record in flight.",
+                                value=float(len(h.in_flight_record_keys)))
+        yield GaugeMetricFamily(f"{ns}_parked_records",
+                                "Marked records waiting behind an in-flight record of the same key.",
+                                value=float(h.backlog_in_memory))
+        limit = cfg.limits.max_in_flight_records
+        if limit is not None:
+            yield GaugeMetricFamily(f"{ns}_max_in_flight_records",
+                                    "limits.maxInFlightRecords: in-flight plus parked records, at most.",
+                                    value=float(limit))
+
+        shared = self._histograms
+        with shared.lock:
+            for suffix, attr, doc in _HISTOGRAMS:
+                hist = shared.by_attr[attr]
+                hist.add(m.drain(attr))
+                yield HistogramMetricFamily(f"{ns}_{suffix}", doc, buckets=hist.buckets(), sum_value=hist.sum)
+
+        backlog = self._backlog
+        if backlog is not None and backlog.value is not None:
+            yield GaugeMetricFamily(
+                f"{ns}_backlog_records", "Rows in the outbox at the last count (metrics.backlogInterval).",
+                value=float(backlog.value),
+            )

@@ -1,0 +1,92 @@
+"""The ``metrics:`` section of ``reaper.yaml``: where the operations server listens.
+
+.. code-block:: yaml
+
+    metrics:
+      address: 0.0.0.0        # interface to listen on
+      port: 9433              # /metrics, /healthz and /readyz
+      backlogInterval: 30s    # optional: count the outbox this often (pyharvest_backlog_records)
+
+The section's presence turns the server on; ``enabled: false`` turns it off again (handy
+from the environment: ``PYHARVEST_METRICS__ENABLED=false``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyharvest.core.durations import format_duration, parse_duration
+from pyharvest.core.errors import ConfigError
+
+__all__ = ["DEFAULT_ADDRESS", "DEFAULT_PORT", "METRICS_KEYS", "OpsConfig"]
+
+DEFAULT_ADDRESS = "0.0.0.0"  # noqa: S104 - a sidecar's probes and scrapes come from outside the pod
+DEFAULT_PORT = 9433
+
+#: The keys of the ``metrics:`` section.
+METRICS_KEYS = ("address", "backlogInterval", "enabled", "port")
+
+
+@dataclass(frozen=True, slots=True)
+class OpsConfig:
+    """Settings of the operations server (Prometheus metrics and health probes).
+
+    Attributes:
+        address: the interface to listen on; ``0.0.0.0`` (all) by default.
+        port: the TCP port; ``0`` picks a free one (see ``OpsServer.port``).
+        backlog_interval: seconds between counts of the outbox for the
+            ``pyharvest_backlog_records`` gauge; ``None`` leaves the gauge out.
+        enabled: ``False`` keeps the server off although the section is present.
+    """
+
+    address: str = DEFAULT_ADDRESS
+    port: int = DEFAULT_PORT
+    backlog_interval: float | None = None
+    enabled: bool = True
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None, prefix: str = "metrics") -> OpsConfig:
+        """Validate the ``metrics:`` section; errors are :class:`ConfigError` naming the key."""
+        if data is None:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise ConfigError(prefix, f"expected a mapping with address, port and backlogInterval, got {data!r}")
+        address, port, backlog, enabled = DEFAULT_ADDRESS, DEFAULT_PORT, None, True
+        for key, value in data.items():
+            where = f"{prefix}.{key}"
+            if key not in METRICS_KEYS:
+                raise ConfigError(where, f"unknown key; expected one of: {', '.join(METRICS_KEYS)}")
+            if value is None:
+                continue
+            if key == "address":
+                if not isinstance(value, str) or not value.strip():
+                    raise ConfigError(where, f"expected a host name or IP address, got {value!r}")
+                address = value.strip()
+            elif key == "port":
+                if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+                    raise ConfigError(where, f"expected a TCP port number from 0 to 65535, got {value!r}")
+                port = value
+            elif key == "backlogInterval":
+                try:
+                    seconds = parse_duration(value, where)
+                except ValueError as e:
+                    raise ConfigError("", str(e)) from None
+                if seconds <= 0:
+                    raise ConfigError(where, f"must be a positive duration like '30s' (or omitted), got {value!r}")
+                backlog = seconds
+            else:  # enabled
+                if not isinstance(value, bool):
+                    raise ConfigError(where, f"expected true or false, got {value!r}")
+                enabled = value
+        return cls(address, port, backlog, enabled)
+
+    def to_mapping(self) -> dict[str, object]:
+        """The section as ``reaper --print-config`` shows it."""
+        out: dict[str, object] = {"address": self.address, "port": self.port}
+        if self.backlog_interval is not None:
+            out["backlogInterval"] = format_duration(self.backlog_interval)
+        if not self.enabled:
+            out["enabled"] = False
+        return out

@@ -1,0 +1,382 @@
+"""The operations server: Prometheus metrics scraped during a harvest, and health probes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+
+pytest.importorskip("prometheus_client")
+
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from pyharvest.bindings.ops import OpsConfig, start_ops_server  # noqa: E402
+from pyharvest.bindings.ops.collector import HarvestCollector  # noqa: E402
+from pyharvest.core import Config, Harvest, Limits  # noqa: E402
+from pyharvest.core.errors import ConfigError, HarvestError  # noqa: E402
+from pyharvest.core.kafka import DeliveryError  # noqa: E402
+from tests.fakes import FakeBinding, FakeKafka  # noqa: E402
+from tests.test_engine import fill, make, wait_until  # noqa: E402
+
+LOCAL = {"address": "127.0.0.1", "port": 0}
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:  # noqa: S310 - loopback only
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def scrape(ops) -> dict[str, float]:
+    """Sample name (with labels, sorted) -> value."""
+    status, text = get(ops.url + "/metrics")
+    assert status == 200
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out
+
+
+def probe(ops, path: str) -> tuple[int, dict]:
+    status, body = get(ops.url + path)
+    return status, json.loads(body)
+
+
+# ---------------------------------------------------------------------- on fakes
+
+
+def test_counters_move_during_a_harvest_and_gauges_follow_in_flight_records():
+    db, kafka = FakeBinding(), FakeKafka()
+    fill(db, 300, 300)
+    kafka.cluster.hold = True  # deliveries wait: records stay in flight
+    h = make(db, kafka, max_in_flight_records=50, mark_query_records=50)
+    ops = start_ops_server(h, LOCAL)
+    try:
+        before = scrape(ops)
+        assert before["pyharvest_running"] == 0 and before["pyharvest_records_purged_total"] == 0
+        with h:
+            wait_until(lambda: h.in_flight_records == 50, 5)
+            during = scrape(ops)
+            assert during["pyharvest_leader"] == 1
+            assert during["pyharvest_leader_acquisitions_total"] == 1
+            assert during["pyharvest_in_flight_records"] == 50
+            assert during["pyharvest_in_flight_keys"] == 50
+            assert during["pyharvest_max_in_flight_records"] == 50
+            assert during["pyharvest_records_marked_total"] >= 50
+            assert during["pyharvest_records_purged_total"] == 0
+            kafka.cluster.hold = False
+            wait_until(lambda: len(db) == 0)
+            wait_until(lambda: scrape(ops)["pyharvest_records_purged_total"] == 300)
+        after = scrape(ops)
+        assert after["pyharvest_records_marked_total"] == 300
+        assert after["pyharvest_records_published_total"] == 300
+        assert after["pyharvest_in_flight_records"] == 0
+        assert after["pyharvest_running"] == 0 and after["pyharvest_leader"] == 0
+        # Latencies: the reservoirs were drained into cumulative histograms, every observation once.
+        assert after["pyharvest_mark_duration_seconds_count"] == after["pyharvest_marks_total"] == h.metrics.marks
+        assert after["pyharvest_purge_duration_seconds_count"] >= 1
+        assert after['pyharvest_purge_duration_seconds_bucket{le="+Inf"}'] == after[
+            "pyharvest_purge_duration_seconds_count"
+        ]
+        assert h.metrics.mark_seconds == [] and h.metrics.purge_seconds == []
+        # Counts do not go backwards on a later scrape (the histograms keep what they drained).
+        again = scrape(ops)
+        assert again["pyharvest_purge_duration_seconds_count"] == after["pyharvest_purge_duration_seconds_count"]
+        assert again["pyharvest_mark_duration_seconds_sum"] == after["pyharvest_mark_duration_seconds_sum"]
+        # The standard process metrics come along.
+        assert "process_cpu_seconds_total" in again or sys.platform != "linux"
+    finally:
+        ops.stop()
+
+
+def test_parked_records_and_delivery_errors_by_code():
+    db, kafka = FakeBinding(), FakeKafka()
+    for i in range(20):
+        db.insert("data", "same-key", str(i).encode())
+    failures = {"left": 3}
+
+    def fail(sent):
+        if failures["left"]:
+            failures["left"] -= 1
+            return DeliveryError("MSG_SIZE_TOO_LARGE", "too big", retriable=True)
+        return None
+
+    kafka.cluster.fail = fail
+    kafka.cluster.hold = True
+    h = make(db, kafka)
+    ops = start_ops_server(h, LOCAL)
+    try:
+        with h:
+            wait_until(lambda: h.backlog_in_memory == 19, 5)
+            m = scrape(ops)
+            assert m["pyharvest_in_flight_records"] == 1 and m["pyharvest_parked_records"] == 19
+            kafka.cluster.hold = False
+            wait_until(lambda: len(db) == 0)
+        m = scrape(ops)
+        assert m['pyharvest_delivery_errors_total{code="MSG_SIZE_TOO_LARGE"}'] == 3
+        assert m["pyharvest_records_reset_total"] == 3
+        assert m["pyharvest_leader_refreshes_total"] >= 1
+    finally:
+        ops.stop()
+
+
+class CountingBinding(FakeBinding):
+    def count(self) -> int:
+        return len(self)
+
+
+def test_backlog_gauge_counts_through_the_binding_and_is_absent_without_count():
+    db, kafka = CountingBinding(), FakeKafka()
+    fill(db, 40, 4)
+    kafka.cluster.hold = True
+    h = make(db, kafka)
+    ops = start_ops_server(h, {**LOCAL, "backlogInterval": "20ms"})
+    try:
+        assert "pyharvest_backlog_records" not in scrape(ops)  # not running: no binding yet
+        with h:
+            wait_until(lambda: scrape(ops).get("pyharvest_backlog_records") == 40, 5)
+            kafka.cluster.hold = False
+            wait_until(lambda: scrape(ops).get("pyharvest_backlog_records") == 0, 5)
+    finally:
+        ops.stop()
+
+    plain = make(FakeBinding(), FakeKafka())
+    ops = start_ops_server(plain, {**LOCAL, "backlogInterval": "20ms"})
+    try:
+        with plain:
+            time.sleep(0.1)
+            assert "pyharvest_backlog_records" not in scrape(ops)
+    finally:
+        ops.stop()
+
+
+def test_health_endpoints_follow_the_harvester_lifecycle():
+    db, kafka = FakeBinding(), FakeKafka()
+    h = make(db, kafka)
+    ops = start_ops_server(h, LOCAL)
+    try:
+        status, body = probe(ops, "/readyz")
+        assert status == 503 and body["down"] == ["harvester"] and body["state"] == "created"
+        assert probe(ops, "/healthz")[0] == 200  # starting is alive
+        with h:
+            wait_until(lambda: h.is_leader, 5)
+            status, body = probe(ops, "/readyz")
+            assert status == 200 and body["status"] == "ready" and body["role"] == "leader"
+            assert "down" not in body
+            assert probe(ops, "/healthz") == (200, {"status": "alive", "state": "running"})
+        assert probe(ops, "/healthz")[0] == 503
+        assert probe(ops, "/readyz")[0] == 503
+        assert get(ops.url + "/nope")[0] == 404
+        req = urllib.request.Request(ops.url + "/readyz", method="HEAD")
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=5)  # noqa: S310
+        assert e.value.code == 503
+    finally:
+        ops.stop()
+
+
+def test_readiness_reports_a_database_that_does_not_answer():
+    class Unreachable(FakeBinding):
+        def ping(self) -> None:
+            raise ConnectionError("connection refused")
+
+    h = make(Unreachable(), FakeKafka())
+    ops = start_ops_server(h, LOCAL)
+    try:
+        with h:
+            status, body = probe(ops, "/readyz")
+            assert status == 503 and body["down"] == ["database"] and body["database_connected"] is False
+            assert scrape(ops)["pyharvest_database_connected"] == 0
+            assert probe(ops, "/healthz")[0] == 200  # alive: a restart would not bring the database back
+    finally:
+        ops.stop()
+
+
+def test_a_second_collector_does_not_split_the_latency_histograms():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    db, kafka = FakeBinding(), FakeKafka()
+    fill(db, 100, 10)
+    h = make(db, kafka)
+    first, second = CollectorRegistry(), CollectorRegistry()
+    first.register(HarvestCollector(h))
+    second.register(HarvestCollector(h))
+    with h:
+        wait_until(lambda: len(db) == 0)
+    generate_latest(first)
+
+    def count(registry) -> float:
+        text = generate_latest(registry).decode()
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if s.name == "pyharvest_mark_duration_seconds_count":
+                    return s.value
+        raise AssertionError("no mark histogram")
+
+    assert count(second) == count(first) == h.metrics.marks
+
+
+def test_the_server_frees_its_port_and_threads():
+    import threading
+
+    h = make(FakeBinding(), FakeKafka())
+    ops = start_ops_server(h, LOCAL)
+    port = ops.port
+    assert get(ops.url + "/healthz")[0] == 200
+    ops.stop()
+    ops.stop()  # idempotent
+    with pytest.raises(ConnectionRefusedError):  # nothing listens any more
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))  # and the port can be bound again
+    assert not [t for t in threading.enumerate() if t.name in ("pyharvest-ops", "pyharvest-backlog")]
+
+
+# ---------------------------------------------------------------------- configuration
+
+
+@pytest.mark.parametrize(
+    ("section", "field", "fragment"),
+    [
+        ({"port": "http"}, "metrics.port", "TCP port"),
+        ({"port": 70000}, "metrics.port", "TCP port"),
+        ({"port": True}, "metrics.port", "TCP port"),
+        ({"address": ""}, "metrics.address", "host name"),
+        ({"backlogInterval": "often"}, "metrics.backlogInterval", "not a duration"),
+        ({"backlogInterval": 0}, "metrics.backlogInterval", "positive"),
+        ({"enabled": "yes"}, "metrics.enabled", "true or false"),
+        ({"prot": 9433}, "metrics.prot", "unknown key"),
+        ([9433], "metrics", "expected a mapping"),
+    ],
+)
+def test_invalid_sections_name_the_key(section, field, fragment):
+    with pytest.raises(ConfigError) as e:
+        start_ops_server(make(FakeBinding(), FakeKafka()), section)
+    assert str(e.value).startswith(field + ":") and fragment in str(e.value)
+
+
+def test_defaults_and_disabled_sections():
+    assert OpsConfig.from_mapping({}) == OpsConfig("0.0.0.0", 9433, None, True)  # noqa: S104
+    assert OpsConfig.from_mapping({"backlogInterval": "1m"}).to_mapping() == {
+        "address": "0.0.0.0", "port": 9433, "backlogInterval": "60s",  # noqa: S104
+    }
+    h = make(FakeBinding(), FakeKafka())
+    assert start_ops_server(h, None) is None
+    assert start_ops_server(h, {"enabled": False, "port": 1}) is None
+
+
+def test_a_port_in_use_is_a_one_line_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        expected = r"cannot listen on 127\.0\.0\.1:\d+ \(metrics\.address, metrics\.port\)"
+        with pytest.raises(HarvestError, match=expected):
+            start_ops_server(make(FakeBinding(), FakeKafka()), {"address": "127.0.0.1", "port": port})
+
+
+def test_missing_prometheus_client_is_a_config_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    with pytest.raises(ConfigError, match=r"metrics: .*pip install 'pyharvest\[metrics\]'"):
+        start_ops_server(make(FakeBinding(), FakeKafka()), LOCAL)
+
+
+# ---------------------------------------------------------------------- on a real broker
+
+
+def real_config(bootstrap: str) -> Config:
+    return Config(
+        base_kafka_config={"bootstrap.servers": bootstrap},
+        leader_group_id=f"ops-{uuid.uuid4().hex[:8]}",
+        data_source="fake://",
+        limits=Limits(heartbeat_timeout=2.0, min_poll_interval=0.05, shutdown_timeout=3.0),
+    )
+
+
+@pytest.mark.kafka
+def test_scrape_during_a_harvest_on_a_real_broker(kafka_config, topic_name):
+    from pyharvest.bindings.kafka.confluent import ConfluentClients
+
+    db = FakeBinding()
+    fill(db, 200, 20, topic=topic_name)
+    h = Harvest(real_config(str(kafka_config["bootstrap.servers"])), binding=db, kafka=ConfluentClients())
+    ops = start_ops_server(h, LOCAL)
+    try:
+        with h:
+            wait_until(lambda: len(db) == 0, 30)
+            wait_until(lambda: scrape(ops).get("pyharvest_broker_connected") == 1, 10)
+            m = scrape(ops)
+            assert m["pyharvest_leader"] == 1 and m["pyharvest_ready"] == 1
+            assert m["pyharvest_records_purged_total"] == 200
+            assert m["pyharvest_purge_duration_seconds_count"] >= 1
+            assert probe(ops, "/readyz")[0] == 200
+    finally:
+        ops.stop()
+
+
+@pytest.mark.kafka
+def test_readiness_goes_down_with_the_broker_and_comes_back():
+    from pyharvest.bindings.kafka.confluent import ConfluentClients
+    from pyharvest.bindings.kafka.embedded import EmbeddedBroker
+
+    broker = EmbeddedBroker().start()
+    h = Harvest(real_config(broker.bootstrap_servers), binding=FakeBinding(), kafka=ConfluentClients())
+    ops = start_ops_server(h, LOCAL)
+    try:
+        h.start()
+        wait_until(lambda: probe(ops, "/readyz")[1].get("broker_connected") is True, 15)
+        assert probe(ops, "/readyz")[0] == 200
+
+        broker.stop()
+        started = time.monotonic()
+        wait_until(lambda: probe(ops, "/readyz")[0] == 503, 10)
+        _, body = probe(ops, "/readyz")
+        assert body["down"] == ["broker"] and body["broker_connected"] is False, body
+        print(f"readiness went down {time.monotonic() - started:.2f}s after the broker")
+        assert time.monotonic() - started < 5
+        assert probe(ops, "/healthz")[0] == 200  # alive: it reconnects by itself
+        assert scrape(ops)["pyharvest_broker_connected"] == 0
+
+        broker = EmbeddedBroker(port=broker.port).start()
+        wait_until(lambda: probe(ops, "/readyz")[0] == 200, 15)
+    finally:
+        h.stop()
+        h.join(20)
+        ops.stop()
+        broker.stop()
+
+
+def test_the_kubernetes_example_is_consistent():
+    from pathlib import Path
+
+    import yaml
+
+    from pyharvest.envconfig import apply_env_overrides
+
+    docs = yaml.safe_load_all((Path(__file__).parent.parent / "docs/examples/kubernetes.yaml").read_text())
+    by_kind = {d["kind"]: d for d in docs}
+    raw = yaml.safe_load(by_kind["ConfigMap"]["data"]["reaper.yaml"])
+    reaper = next(c for c in by_kind["Deployment"]["spec"]["template"]["spec"]["containers"] if c["name"] == "reaper")
+    env = {e["name"]: "from-k8s" for e in reaper["env"]}
+    from pyharvest.core.config import ReaperConfig
+
+    cfg = ReaperConfig.from_mapping(apply_env_overrides(raw, env))
+    assert cfg.harvest.data_source == "from-k8s"
+    ops = OpsConfig.from_mapping(cfg.extra["metrics"])
+    port = {p["name"]: p["containerPort"] for p in reaper["ports"]}["metrics"]
+    assert ops.port == port
+    assert reaper["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert reaper["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    grace = by_kind["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace > cfg.harvest.resolve().limits.shutdown_timeout
