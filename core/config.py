@@ -41,7 +41,8 @@ def mask_kafka_config(config: Mapping[str, object]) -> dict[str, object]:
 
 
 _URL_PASSWORD = re.compile(r"(?P<pre>://[^:/@?#]*:)(?P<pw>[^@/?#]*)(?P<post>@)")
-_LIBPQ_PASSWORD = re.compile(r"(?P<pre>\bpassword\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'|\S*)", re.IGNORECASE)
+# An empty password ("password= dbname=x", goharvest's own example) matches nothing.
+_LIBPQ_PASSWORD = re.compile(r"(?P<pre>\bpassword\s*=)(?P<pw>'(?:[^'\\]|\\.)*'|[^\s']\S*)", re.IGNORECASE)
 _QUERY_PASSWORD = re.compile(r"(?P<pre>[?&](?:password|pwd)=)(?P<pw>[^&#]*)", re.IGNORECASE)
 
 
@@ -50,7 +51,7 @@ def mask_data_source(data_source: str) -> str:
     masked = _URL_PASSWORD.sub(lambda m: m["pre"] + ("***" if m["pw"] else "") + m["post"], data_source)
     masked = _QUERY_PASSWORD.sub(lambda m: m["pre"] + "***", masked)
     if "://" not in masked:
-        masked = _LIBPQ_PASSWORD.sub(lambda m: m["pre"] + ("***" if m["pw"] not in ("", "''") else m["pw"]), masked)
+        masked = _LIBPQ_PASSWORD.sub(lambda m: m["pre"] + "***", masked)
     return masked
 
 

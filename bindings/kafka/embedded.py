@@ -62,16 +62,25 @@ class EmbeddedBroker:
     ...     config = {"bootstrap.servers": broker.bootstrap_servers}
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int | None = None, start_timeout: float = 20.0) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        start_timeout: float = 20.0,
+        advertised_port: int | None = None,
+    ) -> None:
         self.host = host
         self.port = port or free_port(host)
+        # A proxy in front of the broker (fault-injection tests) only sees all traffic if the
+        # broker advertises the proxy's port: clients connect where the metadata says.
+        self.advertised_port = advertised_port or self.port
         self.start_timeout = start_timeout
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: tempfile._TemporaryFileWrapper[bytes] | None = None
 
     @property
     def bootstrap_servers(self) -> str:
-        return f"{self.host}:{self.port}"
+        return f"{self.host}:{self.advertised_port}"
 
     @property
     def running(self) -> bool:
@@ -83,9 +92,10 @@ class EmbeddedBroker:
         if _port_open(self.host, self.port):
             raise EmbeddedBrokerError(f"port {self.port} on {self.host} is already in use")
         url = f"tcp://{self.host}:{self.port}"
-        self._log_file = tempfile.NamedTemporaryFile(prefix="pyharvest-broker-", suffix=".log", delete=False)
-        self._proc = subprocess.Popen(
-            [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+        advertised = f"tcp://{self.host}:{self.advertised_port}"
+        self._log_file = tempfile.NamedTemporaryFile(prefix="pyharvest-broker-", suffix=".log", delete=False)  # noqa: SIM115
+        self._proc = subprocess.Popen(  # noqa: S603 - the bundled binary, fixed arguments
+            [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", advertised,
              "--storage-engine", "memory://tansu/"],
             stdout=self._log_file,
             stderr=subprocess.STDOUT,

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from urllib.parse import quote
 
+from pyharvest.core.config import mask_data_source
+
 __all__ = ["is_libpq_dsn", "libpq_to_url", "mask_url"]
 
 # libpq keywords that map onto the URL itself; every other keyword becomes a query parameter.
@@ -93,15 +95,7 @@ def libpq_to_url(dsn: str, driver: str = "postgresql+psycopg") -> str:
     return url
 
 
-_URL_PASSWORD = re.compile(r"(?P<pre>://[^:/@?#]*:)(?P<pw>[^@/?#]*)(?P<post>@)")
-_QUERY_PASSWORD = re.compile(r"(?P<pre>[?&](?:password|pwd)=)[^&#]*", re.IGNORECASE)
-_LIBPQ_PASSWORD = re.compile(r"(?P<pre>\bpassword\s*=)(?:'(?:[^'\\]|\\.)*'|[^\s']\S*)", re.IGNORECASE)
-
-
 def mask_url(data_source: str) -> str:
     """The data source with any password replaced by ``***``; safe for logs and errors."""
-    masked = _URL_PASSWORD.sub(lambda m: m["pre"] + ("***" if m["pw"] else "") + m["post"], data_source)
-    masked = _QUERY_PASSWORD.sub(lambda m: m["pre"] + "***", masked)
-    if not _URL_SCHEME.match(masked.strip()):
-        masked = _LIBPQ_PASSWORD.sub(lambda m: m["pre"] + "***", masked)
-    return masked
+    # One implementation for the whole project: the config's repr masks the same way.
+    return mask_data_source(data_source)
