@@ -12,6 +12,7 @@ wrong run cannot pass; the table is printed and the figures written as JSON.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -21,6 +22,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -63,40 +65,71 @@ def key_for(i: int, keys: int, skew: bool, rnd: random.Random) -> str:
     return f"key-{i % keys}" if not skew else f"key-{rnd.randrange(keys)}"
 
 
-def prefill(url: str, table: str, topic: str, n: int, keys: int, value_bytes: int, skew: bool) -> list[tuple[str, bytes]]:
-    """Stash ``n`` records with one writer (so every key's records are causally ordered)."""
+def workload(n: int, keys: int, value_bytes: int, skew: bool) -> Iterator[tuple[str, bytes]]:
+    """The records of a scenario, always the same for the same arguments."""
+    rnd = random.Random(42)
+    pad = b"x" * max(0, value_bytes - 12)
+    for i in range(n):
+        yield key_for(i, keys, skew, rnd), f"{i:011d}|".encode() + pad
+
+
+def prefill(url: str, table: str, topic: str, n: int, keys: int, value_bytes: int, skew: bool) -> None:
+    """Stash the workload with one writer (so every key's records are causally ordered)."""
     import sqlalchemy as sa
 
     from pyharvest import OutboxRecord, stasher
 
-    rnd = random.Random(42)
     engine = sa.create_engine(url)
-    expected: list[tuple[str, bytes]] = []
-    pad = b"x" * max(0, value_bytes - 12)
+    records = workload(n, keys, value_bytes, skew)
     with engine.connect() as conn:
-        i = 0
-        while i < n:
+        done = 0
+        while done < n:
+            chunk = [OutboxRecord(topic, k, v, headers=[("bench", "1")]) for k, v in itertools.islice(records, 1000)]
             with conn.begin():
-                prepared = stasher.Stasher(table).prepare(conn)
-                for _ in range(min(1000, n - i)):
-                    key = key_for(i, keys, skew, rnd)
-                    value = f"{i:011d}|".encode() + pad
-                    prepared.stash(OutboxRecord(topic, key, value, headers=[("bench", "1")]))
-                    expected.append((key, value))
-                    i += 1
+                stasher.Stasher(table).prepare(conn).stash_many(chunk)
+            done += len(chunk)
     engine.dispose()
-    return expected
+
+
+def prefill_in_child(args: argparse.Namespace, table: str, topic: str, result: Result) -> None:
+    """Prefill from another process, so this one's memory holds only the harvester."""
+    cmd = [sys.executable, "-m", "benchmarks.harvest_bench", "--prefill", table, topic, "--database", args.database,
+           "--scenario", args.scenario] + (["--quick"] if args.quick else [])
+    subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parent.parent,
+                   env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent)})
+
+
+class RssSampler:
+    """Peak resident memory of this process while sampling (ru_maxrss would count the set-up)."""
+
+    def __init__(self) -> None:
+        self.peak_kib = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        self.peak_kib = max(self.peak_kib, int(line.split()[1]))
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.peak_kib / 1024
 
 
 class StatementCounter:
-    """Counts the statements every SQLAlchemy engine in this process sends, while enabled."""
+    """Counts the statements the harvester's engine sends, while enabled."""
 
-    def __init__(self) -> None:
+    def __init__(self, engine: object) -> None:
         import sqlalchemy as sa
 
         self.count = 0
         self.enabled = False
-        sa.event.listen(sa.engine.Engine, "before_cursor_execute", self._on_execute)
+        sa.event.listen(engine, "before_cursor_execute", self._on_execute)
 
     def _on_execute(self, *args: object) -> None:
         if self.enabled:
@@ -156,13 +189,14 @@ def run_drain(args: argparse.Namespace, bootstrap: str, result: Result) -> None:
     table, topic = f"bench_{uuid.uuid4().hex[:8]}", f"bench-{uuid.uuid4().hex[:8]}"
     create_outbox_table(args.database, table)
     create_topic(bootstrap, topic, 10)
-    expected = prefill(args.database, table, topic, result.records, result.keys, result.value_bytes, args.skew)
-    counter = StatementCounter()
+    prefill_in_child(args, table, topic, result)
+    rss = RssSampler()
     h = harvester(args.database, table, bootstrap)
     h.start()
     try:
         while not h.is_leader:
             time.sleep(0.01)
+        counter = StatementCounter(h.binding.engine)  # type: ignore[union-attr]
         counter.enabled = True
         cpu0 = time.process_time()
         # From the first purge, not from election: leader election is not throughput.
@@ -177,9 +211,10 @@ def run_drain(args: argparse.Namespace, bootstrap: str, result: Result) -> None:
     finally:
         h.stop()
         h.join(60)
+    result.peak_rss_mib = rss.stop()
     result.records_per_second = result.records / result.seconds
     result.statements_per_1000 = counter.count * 1000 / result.records
-    result.peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    expected = list(workload(result.records, result.keys, result.value_bytes, args.skew))
     verify(bootstrap, topic, expected, result)
     ceiling_topic = f"bench-bare-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, ceiling_topic, 10)
@@ -204,7 +239,8 @@ def run_steady(args: argparse.Namespace, bootstrap: str, result: Result) -> None
     expected: list[tuple[str, bytes]] = []
     lock = threading.Lock()
     latencies: list[float] = []
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                         "fetch.wait.max.ms": 10})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(10)])
     stop_reading = threading.Event()
     received = [0]
@@ -226,7 +262,7 @@ def run_steady(args: argparse.Namespace, bootstrap: str, result: Result) -> None
     per_writer = rate / writers
     batch = 50
     deadline = time.monotonic() + duration
-    counter = StatementCounter()
+    counter = StatementCounter(h.binding.engine)  # type: ignore[union-attr]
 
     def writer(w: int) -> None:
         n, started = 0, time.monotonic()
@@ -240,8 +276,7 @@ def run_steady(args: argparse.Namespace, bootstrap: str, result: Result) -> None
                     rows.append((key, value))
                     n += 1
                 ts = time.time()  # stamped just before commit
-                for key, value in rows:
-                    prepared.stash(OutboxRecord(topic, key, value, headers=[("ts", repr(ts))]))
+                prepared.stash_many(OutboxRecord(topic, k, v, headers=[("ts", repr(ts))]) for k, v in rows)
             with lock:
                 expected.extend(rows)
             ahead = n / per_writer - (time.monotonic() - started)
@@ -348,6 +383,12 @@ def child(args: argparse.Namespace) -> int:
     if args.quick:
         records = QUICK.get(args.scenario, records)
     args.skew = skew
+    if args.quick:
+        args.duration, args.rate = min(args.duration, 4.0), min(args.rate, 2_000)
+    if args.prefill:
+        table, topic = args.prefill
+        prefill(args.database, table, topic, records, keys, value_bytes, skew)
+        return 0
     result = Result(args.scenario, _db_label(args.database), records, keys, value_bytes)
     {"drain": run_drain, "steady": run_steady, "stasher": run_stasher}[runner](args, args.bootstrap, result)
     print(json.dumps(asdict(result)))
@@ -421,8 +462,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--scenario", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--prefill", nargs=2, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    return child(args) if args.child else parent(args)
+    return child(args) if args.child or args.prefill else parent(args)
 
 
 if __name__ == "__main__":
