@@ -61,6 +61,9 @@ log = logging.getLogger("pyharvest.harvest")
 OUTBOX_HEADER = "pyharvest-outbox"
 RECORD_ID_HEADER = "pyharvest-record-id"
 
+# How long the delivery thread may hold acknowledgements to purge them in one statement.
+COALESCE_SECONDS = 0.005
+
 # A delivery.timeout.ms of 5 minutes (librdkafka's default) would stall a remark for that long
 # when the broker is unreachable; a leader must learn the fate of its in-flight records sooner.
 DEFAULT_DELIVERY_TIMEOUT_MS = 10_000
@@ -127,6 +130,7 @@ class Harvest:
         # Marking waits until this much of the window is free: many tiny marks under load would
         # cost a statement each for a handful of records.
         self._mark_threshold = max(1, min(self._mark_size, self._max_in_flight // 2))
+        self._coalesce_target = max(1, min(2 * self._mark_size, self._max_in_flight // 2))
 
         self._state = State.CREATED
         self._lock = threading.Condition(threading.Lock())
@@ -487,6 +491,7 @@ class Harvest:
             while not (self._main_done.is_set() and not self._deliveries):
                 producer.poll(0.05)
                 if self._deliveries:
+                    self._coalesce(producer)
                     self._process_deliveries()
         except BaseException as e:  # noqa: BLE001
             log.exception("delivery thread crashed")
@@ -495,6 +500,18 @@ class Harvest:
         finally:
             with self._lock:
                 self._lock.notify_all()
+
+    def _coalesce(self, producer: Producer) -> None:
+        """Gather a few more acknowledgements before purging, so that one statement purges
+        many rows. Not when a key is waiting behind an acknowledged record (its successor's
+        latency matters more), nor on a failure (the remark should start at once)."""
+        deliveries = self._deliveries
+        deadline = time.monotonic() + COALESCE_SECONDS
+        while len(deliveries) < self._coalesce_target and not self._parked_count:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._force_remark or self._main_done.is_set():
+                return
+            producer.poll(min(remaining, 0.001))
 
     def _process_deliveries(self) -> None:
         deliveries = self._deliveries
