@@ -31,8 +31,12 @@ class DatabaseBinding(Protocol):
         """Delete the rows with these ids (published and acknowledged); return how many went."""
         ...
 
-    def reset(self, ids: Sequence[int]) -> int:
-        """Clear the leader id of these rows so that they are marked again; return how many."""
+    def reset(self, ids: Sequence[int], leader_id: str | None = None) -> int:
+        """Clear the leader id of these rows so that they are marked again; return how many.
+
+        With ``leader_id``, only rows still marked by that leader are reset: a deposed
+        leader's late reset must not unmark a row its successor has marked since (the
+        successor could then take it twice, once behind its own later records)."""
         ...
 
     def dispose(self) -> None:

@@ -150,6 +150,7 @@ class Harvest:
         # Failed attempts per record id, for the poison policy; only records that failed appear.
         self._attempts: dict[int, int] = {}
         self._poison_streak = 0
+        self._producer_broken = False
         self._shutdown_deadline: float | None = None
 
         self._identity_header: tuple[str, str] | None = (
@@ -326,10 +327,20 @@ class Harvest:
             self.metrics.leader_acquisitions += 1
             log.info("elected leader, leader id %s", leader_id)
             self._emit(LeaderAcquired(leader_id))
+        elif status is LeaderStatus.FENCED:
+            # Tell the application at once: another leader may be starting. Publication
+            # stops now; in-flight records are then given their delivery timeout.
+            with self._lock:
+                self._leading = False
+            self._emit(LeaderFenced())
+            self._quiesce("leadership fenced")
+            self._leader_id = None
         else:
+            # A revocation waits for in-flight records before the handler runs: the next
+            # leader is not elected until this callback returns.
             self._quiesce(f"leadership {status.value}")
             self._leader_id = None
-            self._emit(LeaderRevoked() if status is LeaderStatus.REVOKED else LeaderFenced())
+            self._emit(LeaderRevoked())
 
     # ------------------------------------------------------------------ main loop
 
@@ -354,9 +365,11 @@ class Harvest:
         limits = self.config.limits
         if self._force_remark:
             self._quiesce("remark")
+            if self._producer_broken:
+                self._replace_producer()
             if self._poison_streak:
                 # A record that fails for good would otherwise be retried in a tight loop.
-                backoff = min(30.0, (limits.io_error_backoff or 0.01) * 2 ** min(self._poison_streak - 1, 10))
+                backoff = min(10.0, (limits.io_error_backoff or 0.01) * 2 ** min(self._poison_streak - 1, 10))
                 log.warning("backing off %.1fs before retrying a record Kafka refused", backoff)
                 self._stopping.wait(backoff)
             self._refresh_leader()
@@ -451,6 +464,19 @@ class Harvest:
             with self._lock:
                 self._force_remark = True
 
+    def _replace_producer(self) -> None:
+        """A fatal producer error (say, fenced after an epoch bump) fails every later message:
+        start afresh with a new producer. Called with nothing in flight."""
+        old = self._producer
+        log.warning("the producer hit a fatal error; replacing it")
+        self._producer = self._kafka.producer(self._producer_config())
+        self._producer_broken = False
+        if old is not None:
+            try:
+                old.close()
+            except Exception as e:  # noqa: BLE001 - it is being discarded anyway
+                log.debug("closing the broken producer: %s", _one_line(e))
+
     def _refresh_leader(self) -> None:
         leader_id = str(uuid.uuid4())
         with self._lock:
@@ -485,10 +511,12 @@ class Harvest:
     # ------------------------------------------------------------------ delivery thread
 
     def _delivery_loop(self) -> None:
-        producer = self._producer
-        assert producer is not None
         try:
             while not (self._main_done.is_set() and not self._deliveries):
+                # Read each time: the main loop may replace a broken producer.
+                producer = self._producer
+                if producer is None:
+                    break
                 producer.poll(0.05)
                 if self._deliveries:
                     self._coalesce(producer)
@@ -554,10 +582,14 @@ class Harvest:
                     )
                     self._emit(RecordQuarantined(q.record.id, q.record.key, q.record.topic, q.error, q.attempts))
         if to_reset:
-            reset = self._with_retry("reset", binding.reset, [f.record.id for f in to_reset])
-            if reset is not None:
-                self.metrics.reset_statements += 1
-                self.metrics.records_reset += reset
+            by_leader: dict[str | None, list[Any]] = {}
+            for f in to_reset:
+                by_leader.setdefault(f.record.leader_id, []).append(f.record.id)
+            for leader_id, ids in by_leader.items():
+                reset = self._with_retry("reset", lambda i, lid=leader_id: binding.reset(i, lid), ids)
+                if reset is not None:
+                    self.metrics.reset_statements += 1
+                    self.metrics.records_reset += reset
         self._release(batch)
         stats = self._meter.add(len(acked))
         if stats is not None:
@@ -584,6 +616,8 @@ class Harvest:
                 self._attempts[rec.id] = attempts
             if not err.retriable:
                 poison += 1
+            if err.fatal:
+                self._producer_broken = True
             self._emit(DeliveryFailed(rec.id, rec.key, rec.topic, str(err), err.retriable, attempts))
             if quarantine_on and not err.retriable and attempts >= max_attempts:
                 to_quarantine.append(QuarantineEntry(rec, str(err), attempts))

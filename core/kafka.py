@@ -35,6 +35,8 @@ class DeliveryError:
     code: str
     reason: str
     retriable: bool = True
+    #: The producer itself is unusable (e.g. fenced); the engine replaces it before retrying.
+    fatal: bool = False
 
     def __str__(self) -> str:
         return f"{self.code}: {self.reason}"

@@ -123,7 +123,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_init_db(args: argparse.Namespace) -> int:
     from pyharvest.bindings.sql import create_outbox_table
 
-    create_outbox_table(args.data_source, args.table, args.binding)
+    create_outbox_table(args.data_source, args.table, args.binding, quarantine=args.quarantine)
     print(f"outbox table {args.table!r} is ready at {mask_data_source(args.data_source)}")
     return EXIT_OK
 
@@ -149,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--data-source", required=True, help="SQLAlchemy URL (or a libpq key=value string)")
     init.add_argument("--table", default="outbox", help="outbox table name, optionally schema-qualified")
     init.add_argument("--binding", default=None, help="dialect plugin (default: from the URL's scheme)")
+    init.add_argument(
+        "--quarantine", action="store_true", help="also create <table>_quarantine (for poisonPolicy: quarantine)"
+    )
     init.set_defaults(func=cmd_init_db)
 
     schema = sub.add_parser("schema", help="print the outbox table's DDL for a dialect")
@@ -163,11 +166,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _register_extras(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from pyharvest.commands.quarantine import register as register_quarantine
+    from pyharvest.commands.inbox import register as register_inbox
     from pyharvest.commands.verify import register as register_verify
     from pyharvest.demo import register as register_demo
 
     register_demo(sub)
     register_verify(sub)
+    register_inbox(sub)
     register_quarantine(sub)
 
 

@@ -37,7 +37,10 @@ class Harvest(_EngineHarvest):
             def binding() -> DatabaseBinding:
                 from pyharvest.bindings.sql import create_binding
 
-                return create_binding(resolved.data_source, resolved.outbox_table, resolved.binding)
+                return create_binding(
+                    resolved.data_source, resolved.outbox_table, resolved.binding,
+                    quarantine=resolved.poison_policy == "quarantine",
+                )
 
         if kafka is None:
             from pyharvest.bindings.kafka.confluent import ConfluentClients

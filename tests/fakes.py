@@ -67,13 +67,13 @@ class FakeBinding:
             self.purge_calls += 1
             return sum(1 for i in ids if self.rows.pop(i, None) is not None)
 
-    def reset(self, ids: Sequence[int]) -> int:
+    def reset(self, ids: Sequence[int], leader_id: str | None = None) -> int:
         with self._lock:
             self.reset_calls += 1
             n = 0
             for i in ids:
                 row = self.rows.get(i)
-                if row is not None:
+                if row is not None and (leader_id is None or row.leader_id == leader_id):
                     row.leader_id = None
                     n += 1
             return n

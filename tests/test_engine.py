@@ -272,3 +272,48 @@ def test_block_policy_retries_a_poison_record_with_backoff_and_holds_its_key():
         kafka.cluster.fail = lambda s: None
         wait_until(lambda: len(db) == 0, 15)
     assert per_key(kafka.cluster.logs["data"])["bad"] == [b"poison", b"after"]
+
+
+def test_a_fatal_producer_error_replaces_the_producer():
+    db, kafka = FakeBinding(), FakeKafka()
+    expected = fill(db, 60, 6)
+    created = []
+    make_producer = kafka.producer
+
+    def counting(config):
+        created.append(config)
+        return make_producer(config)
+
+    kafka.producer = counting
+    fenced = {"left": 3}
+
+    def fail(sent):
+        if fenced["left"]:
+            fenced["left"] -= 1
+            return DeliveryError("PRODUCER_FENCED", "a newer producer fenced this one", fatal=True)
+        return None
+
+    kafka.cluster.fail = fail
+    h = make(db, kafka)
+    with h:
+        wait_until(lambda: len(db) == 0)
+    # One data producer at start, one heartbeat producer, and at least one replacement.
+    assert len(created) >= 3
+    assert per_key(kafka.cluster.logs["data"]) == expected
+
+
+def test_fenced_event_comes_before_in_flight_records_resolve():
+    db, kafka = FakeBinding(), FakeKafka()
+    fill(db, 20, 20)
+    kafka.cluster.hold = True
+    events = []
+    h = make(db, kafka, heartbeat_timeout=0.2)
+    h.set_event_handler(events.append)
+    with h:
+        wait_until(lambda: h.in_flight_records > 0)
+        kafka.cluster.heartbeats_pass = False
+        wait_until(lambda: any(isinstance(e, LeaderFenced) for e in events))
+        assert h.in_flight_records > 0  # the application hears of the fence at once
+        kafka.cluster.hold = False
+        kafka.cluster.heartbeats_pass = True
+        wait_until(lambda: len(db) == 0)

@@ -201,3 +201,21 @@ def test_mark_and_purge_from_two_threads(database_url: str, table_name: str) -> 
     binding.dispose()
     engine.dispose()
     assert purged[0] == 300
+
+
+def test_reset_with_a_leader_id_leaves_rows_a_successor_marked(database_url: str, table_name: str) -> None:
+    create_outbox_table(database_url, table_name)
+    engine = sa.create_engine(database_url)
+    with engine.begin() as tx:
+        Stasher(table_name).prepare(tx).stash_many(OutboxRecord("t", f"k{i}", b"v") for i in range(4))
+    engine.dispose()
+    binding = create_binding(database_url, table_name)
+    try:
+        old, new = str(uuid.uuid4()), str(uuid.uuid4())
+        ids = [r.id for r in binding.mark(old, 4)]
+        assert len(binding.mark(new, 2)) == 2  # the successor took over the two oldest
+        # The deposed leader's late reset touches only the rows it still holds.
+        assert binding.reset(ids, old) == 2
+        assert [r.id for r in binding.mark(new, 10)] == ids[2:]
+    finally:
+        binding.dispose()

@@ -39,8 +39,21 @@ _POISON_CODES = frozenset(
 )
 
 
+# A producer that got one of these will fail every later message too.
+_FATAL_CODES = frozenset(
+    code
+    for code in (getattr(KafkaError, n, None) for n in ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FATAL", "_FENCED"))
+    if code is not None
+)
+
+
 def delivery_error(err: KafkaError) -> DeliveryError:
-    return DeliveryError(err.name() or str(err.code()), err.str(), retriable=err.code() not in _POISON_CODES)
+    return DeliveryError(
+        err.name() or str(err.code()),
+        err.str(),
+        retriable=err.code() not in _POISON_CODES,
+        fatal=err.fatal() or err.code() in _FATAL_CODES,
+    )
 
 
 def _client_config(config: KafkaConfigMap) -> dict[str, object]:

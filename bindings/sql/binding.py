@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from itertools import islice
 from operator import attrgetter
@@ -12,6 +13,8 @@ import sqlalchemy as sa
 
 from pyharvest.bindings.sql.marking import MarkStrategy
 from pyharvest.bindings.sql.outbox import MalformedRowError, OutboxTable
+from pyharvest.bindings.sql.quarantine import QuarantinedKey, QuarantineTable
+from pyharvest.core.binding import QuarantineEntry
 from pyharvest.core.records import OutboxRecord
 from pyharvest.plugins.manager import Dialect
 
@@ -25,6 +28,8 @@ ID_BATCH = 1000
 
 MalformedRowHandler = Callable[[MalformedRowError], None]
 _by_id = attrgetter("id")
+# Compiles to ``SELECT 1`` (``SELECT 1 FROM DUAL`` on Oracle).
+_PING = sa.select(sa.literal_column("1"))
 
 
 class SqlBinding:
@@ -37,6 +42,11 @@ class SqlBinding:
     but left out of the result: it is logged at ERROR with its id and passed to
     ``on_malformed``. It stays marked by this leader, so it neither stalls the mark nor
     blocks other keys; each new leader id logs it again until someone fixes or deletes it.
+
+    It is also a :class:`~pyharvest.core.binding.QuarantineBinding`. With ``quarantine``
+    (a :class:`QuarantineTable`, whose table exists), marks skip every row of a quarantined
+    key; without it the mark statement is the plain one, and the first :meth:`quarantine`
+    call creates the table and switches the mark over.
     """
 
     def __init__(
@@ -48,17 +58,27 @@ class SqlBinding:
         marker: MarkStrategy | None = None,
         on_malformed: MalformedRowHandler | None = None,
         display_url: str = "",
+        quarantine: QuarantineTable | None = None,
     ) -> None:
         self.engine = engine
         self.outbox = outbox
         self.dialect = dialect
+        self.quarantine_table: QuarantineTable | None = None
+        self._quarantine_lock = threading.Lock()
+        self._custom_marker = marker is not None
         self.marker = marker or dialect.mark_strategy(outbox)
+        if quarantine is not None:
+            self._enable_quarantine(quarantine)
         self.on_malformed = on_malformed
         self.malformed_rows = 0
         self._display_url = display_url
         where = dialect.id_filter(outbox.id)
         self._purge = sa.delete(outbox.table).where(where)
         self._reset = sa.update(outbox.table).where(where).values(leader_id=sa.null())
+        # A deposed leader's late reset must not unmark rows its successor has marked since.
+        own = outbox.leader_id == sa.bindparam("own_leader_id", type_=outbox.leader_id.type)
+        self._reset_own = sa.update(outbox.table).where(where, own).values(leader_id=sa.null())
+        self._count = sa.select(sa.func.count()).select_from(outbox.table)
 
     def __repr__(self) -> str:
         return (
@@ -94,19 +114,86 @@ class SqlBinding:
     def purge(self, ids: Sequence[int]) -> int:
         return self._by_ids(self._purge, ids)
 
-    def reset(self, ids: Sequence[int]) -> int:
-        return self._by_ids(self._reset, ids)
+    def reset(self, ids: Sequence[int], leader_id: str | None = None) -> int:
+        if leader_id is None:
+            return self._by_ids(self._reset, ids)
+        return self._by_ids(self._reset_own, ids, {"own_leader_id": leader_id})
 
-    def _by_ids(self, statement: sa.Executable, ids: Sequence[int]) -> int:
+    def _by_ids(self, statement: sa.Executable, ids: Sequence[int], extra: dict[str, Any] | None = None) -> int:
         if not ids:
             return 0
         total = 0
         it = iter(ids)
         with self.engine.begin() as conn:
             while chunk := list(islice(it, ID_BATCH)):
-                result: Any = conn.execute(statement, {"ids": chunk})
+                result: Any = conn.execute(statement, {"ids": chunk, **(extra or {})})
                 total += result.rowcount
         return total
+
+    # ------------------------------------------------------------------ quarantine
+
+    def _enable_quarantine(self, q: QuarantineTable) -> None:
+        self.quarantine_table = q
+        if not self._custom_marker:
+            # One attribute assignment: a mark already running finishes with the old statement.
+            self.marker = self.dialect.mark_strategy(self.outbox.excluding_keys(q.excludes))
+
+    def enable_quarantine(self) -> QuarantineTable:
+        """Create the quarantine table if missing and make marks skip quarantined keys."""
+        with self._quarantine_lock:
+            q = self.quarantine_table
+            if q is None:
+                q = QuarantineTable.for_outbox(self.outbox)
+                q.create(self.engine)
+                self._enable_quarantine(q)
+            return q
+
+    def quarantine(self, entries: Sequence[QuarantineEntry]) -> int:
+        """Park the keys of these poison records (they stay in the outbox); a key already
+        parked keeps its first entry. Returns how many keys were newly parked."""
+        if not entries:
+            return 0
+        q = self.enable_quarantine()
+        with self.engine.begin() as conn:
+            return q.park(conn, entries)
+
+    def quarantined(self, key: str | None = None) -> list[QuarantinedKey]:
+        """The parked keys (oldest first), or the one given; [] without a quarantine table."""
+        q = self.quarantine_table or QuarantineTable.for_outbox(self.outbox)
+        if self.quarantine_table is None and not q.exists(self.engine):
+            return []
+        with self.engine.connect() as conn:
+            return q.list(conn, key)
+
+    def replay(self, key: str) -> bool:
+        """Lift the quarantine of ``key``: its records flow again, oldest (the poison record)
+        first. False if the key was not quarantined."""
+        q = self.quarantine_table or QuarantineTable.for_outbox(self.outbox)
+        if self.quarantine_table is None and not q.exists(self.engine):
+            return False
+        with self.engine.begin() as conn:
+            return q.replay(conn, key)
+
+    def discard(self, key: str) -> QuarantinedKey | None:
+        """Delete the poison record of ``key`` and lift its quarantine: the key resumes with
+        the record after it. None if the key was not quarantined."""
+        q = self.quarantine_table or QuarantineTable.for_outbox(self.outbox)
+        if self.quarantine_table is None and not q.exists(self.engine):
+            return None
+        with self.engine.begin() as conn:
+            return q.discard(conn, self.outbox, key)
+
+    # ------------------------------------------------------------------ probes
+
+    def count(self) -> int:
+        """Rows in the outbox (the backlog, marked or not)."""
+        with self.engine.connect() as conn:
+            return int(conn.execute(self._count).scalar_one())
+
+    def ping(self) -> None:
+        """``SELECT 1``: raises if the database does not answer."""
+        with self.engine.connect() as conn:
+            conn.execute(_PING).scalar_one()
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -8,7 +8,8 @@ from pyharvest.bindings.sql.binding import MalformedRowHandler, SqlBinding
 from pyharvest.bindings.sql.connect import create_engine, resolve
 from pyharvest.bindings.sql.identifiers import TableName, parse_table_name
 from pyharvest.bindings.sql.outbox import OutboxTable
-from pyharvest.bindings.sql.schema import check_table
+from pyharvest.bindings.sql.quarantine import QuarantineTable
+from pyharvest.bindings.sql.schema import check_privileges, check_table
 
 __all__ = ["create_binding"]
 
@@ -21,6 +22,7 @@ def create_binding(
     layout: str | None = None,
     on_malformed: MalformedRowHandler | None = None,
     engine_options: dict[str, Any] | None = None,
+    quarantine: bool = False,
 ) -> SqlBinding:
     """A :class:`SqlBinding` for ``table`` at ``data_source`` (a SQLAlchemy URL or, for
     PostgreSQL, a libpq ``key=value`` string).
@@ -28,7 +30,12 @@ def create_binding(
     ``dialect`` names the plugin (default: from the URL's backend). ``layout`` forces
     ``"native"`` or ``"goharvest"`` (default: recognised from the table's columns). Raises
     :class:`~pyharvest.core.errors.ConfigError` for a bad table name or data source and
-    :class:`~pyharvest.core.errors.BindingError` when the table is missing or wrong.
+    :class:`~pyharvest.core.errors.BindingError` when the table is missing or wrong, or the
+    user may not select, update and delete its rows.
+
+    ``quarantine=True`` (``poisonPolicy: quarantine``) creates the quarantine table if it is
+    missing and makes marks skip quarantined keys; otherwise the mark statement is the plain
+    one (the binding still switches over if the engine ever quarantines a key).
     """
     name = parse_table_name(table)
     url, plugin = resolve(data_source, dialect)
@@ -36,8 +43,18 @@ def create_binding(
     try:
         found = check_table(engine, name, plugin, layout)
         outbox = OutboxTable.build(name, found)
+        q = None
+        if quarantine:
+            q = QuarantineTable.for_outbox(outbox)
+            q.create(engine)
+        check_privileges(engine, outbox, q.table if q is not None else None)
         return SqlBinding(
-            engine, outbox, plugin, on_malformed=on_malformed, display_url=url.render_as_string(hide_password=True)
+            engine,
+            outbox,
+            plugin,
+            on_malformed=on_malformed,
+            display_url=url.render_as_string(hide_password=True),
+            quarantine=q,
         )
     except BaseException:
         engine.dispose()

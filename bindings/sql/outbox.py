@@ -14,6 +14,7 @@ Decoding is the per-row hot path of the harvester, so it is a plain function per
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -200,6 +201,9 @@ class OutboxTable:
     table: sa.Table
     decode: Callable[[Sequence[Any]], OutboxRecord] = field(repr=False)
     encode: Callable[[OutboxRecord, datetime], dict[str, Any]] = field(repr=False)
+    #: With ``poisonPolicy: quarantine``: a clause on the key column that is false for
+    #: quarantined keys (see :mod:`.quarantine`); None leaves the mark statement unchanged.
+    key_filter: Callable[[sa.ColumnElement[Any]], sa.ColumnElement[bool]] | None = field(default=None, repr=False)
 
     @classmethod
     def build(cls, name: TableName, layout: str = NATIVE) -> OutboxTable:
@@ -222,8 +226,16 @@ class OutboxTable:
         return self.table.c.leader_id
 
     def unmarked_by(self, leader_param: sa.BindParameter[Any]) -> sa.ColumnElement[bool]:
-        """Rows not yet marked by this leader: never marked, or marked by another leader."""
-        return sa.or_(self.leader_id.is_(None), self.leader_id != leader_param)
+        """Rows not yet marked by this leader: never marked, or marked by another leader
+        (and, with a quarantine, not of a quarantined key)."""
+        unmarked = sa.or_(self.leader_id.is_(None), self.leader_id != leader_param)
+        if self.key_filter is None:
+            return unmarked
+        return sa.and_(unmarked, self.key_filter(self.table.c.kafka_key))
+
+    def excluding_keys(self, key_filter: Callable[[sa.ColumnElement[Any]], sa.ColumnElement[bool]]) -> OutboxTable:
+        """This table, with marks restricted to rows whose key passes ``key_filter``."""
+        return dataclasses.replace(self, key_filter=key_filter)
 
     @staticmethod
     def now() -> datetime:

@@ -13,7 +13,7 @@ from pyharvest.bindings.sql.outbox import NATIVE, REQUIRED_COLUMNS, OutboxTable
 from pyharvest.core.errors import BindingError
 from pyharvest.plugins.manager import Dialect, load_dialect
 
-__all__ = ["check_table", "create_outbox_table", "schema_ddl"]
+__all__ = ["check_privileges", "check_table", "create_outbox_table", "schema_ddl"]
 
 
 def _layout_supported(plugin: Dialect, layout: str) -> None:
@@ -33,9 +33,15 @@ def schema_ddl(dialect_name: str, table: str | TableName = "outbox", layout: str
 
 
 def create_outbox_table(
-    data_source: str, table: str | TableName = "outbox", dialect: str | None = None, layout: str = NATIVE
+    data_source: str,
+    table: str | TableName = "outbox",
+    dialect: str | None = None,
+    layout: str = NATIVE,
+    *,
+    quarantine: bool = False,
 ) -> None:
-    """Create the outbox table unless it exists (idempotent); an existing table is checked."""
+    """Create the outbox table unless it exists (idempotent); an existing table is checked.
+    ``quarantine=True`` also creates its quarantine table (``poisonPolicy: quarantine``)."""
     name = parse_table_name(table)
     url, plugin = resolve(data_source, dialect)
     _layout_supported(plugin, layout)
@@ -46,6 +52,10 @@ def create_outbox_table(
                 for stmt in plugin.outbox_ddl(OutboxTable.build(name, layout)):
                     conn.exec_driver_sql(stmt)
         check_table(engine, name, plugin, layout)
+        if quarantine:
+            from pyharvest.bindings.sql.quarantine import create_quarantine_table
+
+            create_quarantine_table(engine, name)
     finally:
         engine.dispose()
 
@@ -80,3 +90,36 @@ def check_table(engine: sa.Engine, name: TableName, plugin: Dialect, layout: str
     return layout
 
 
+
+
+def check_privileges(engine: sa.Engine, outbox: OutboxTable, extra: sa.Table | None = None) -> None:
+    """Fail at start-up, naming the table and the statement, when the connecting role may not
+    select, update and delete outbox rows (and select and delete rows of ``extra``, the
+    quarantine table). The probes touch no row (``WHERE false``) and are rolled back."""
+    t = outbox.table
+    probes: list[tuple[str, sa.Executable]] = [
+        (f"SELECT from {outbox.name}", sa.select(*t.c).where(sa.false())),
+        (f"UPDATE of {outbox.name}", sa.update(t).where(sa.false()).values(leader_id=sa.null())),
+        (f"DELETE from {outbox.name}", sa.delete(t).where(sa.false())),
+    ]
+    if extra is not None:
+        shown = f"{extra.schema}.{extra.name}" if extra.schema else extra.name
+        probes += [
+            (f"SELECT from {shown}", sa.select(*extra.c).where(sa.false())),
+            (f"DELETE from {shown}", sa.delete(extra).where(sa.false())),
+        ]
+    where = engine.url.render_as_string(hide_password=True)
+    with engine.connect() as conn:
+        for what, stmt in probes:
+            trans = conn.begin()
+            try:
+                conn.execute(stmt)
+            except sa.exc.DBAPIError as e:
+                trans.rollback()
+                reason = str(e.orig).strip().splitlines()[0] if e.orig is not None else str(e)
+                raise BindingError(
+                    f"the database user at {where} may not {what.split(' ')[0]} rows of the outbox "
+                    f"({what} failed: {reason}); grant SELECT, UPDATE, DELETE on it"
+                    + (" and SELECT, INSERT, DELETE on its quarantine table" if extra is not None else "")
+                ) from None
+            trans.rollback()

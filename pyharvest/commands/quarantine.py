@@ -1,0 +1,103 @@
+"""``reaper quarantine``: inspect and release keys parked behind a poison record.
+
+    reaper quarantine list    --data-source URL [--table T] [--key K] [--json]
+    reaper quarantine replay  --data-source URL [--table T] --key K
+    reaper quarantine discard --data-source URL [--table T] --key K
+
+``list`` shows each parked key, the outbox record Kafka refused, the error and the number of
+attempts. ``replay`` lifts the quarantine once the cause is fixed (topic created, size limit
+raised): the key's records, the poison record first, flow again in order. ``discard``
+deletes the poison record and lifts the quarantine: the key resumes with the record after it.
+Both work while a harvester runs; it picks the key up at its next mark.
+
+Exit status: 0 done, 1 the key is not quarantined (or a database error), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from pyharvest.core.config import mask_data_source
+from pyharvest.core.errors import ConfigError, HarvestError
+
+__all__ = ["cmd_quarantine", "register"]
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+def _binding(args: argparse.Namespace):  # -> SqlBinding
+    from pyharvest.bindings.sql import create_binding
+
+    return create_binding(args.data_source, args.table, args.binding)
+
+
+def cmd_quarantine(args: argparse.Namespace) -> int:
+    action = args.action
+    if action in ("replay", "discard") and not args.key:
+        print(f"reaper quarantine {action}: error: --key is required", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        binding = _binding(args)
+    except ConfigError as e:
+        print(f"reaper quarantine: error: invalid configuration: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except HarvestError as e:
+        print(f"reaper quarantine: error: {e}", file=sys.stderr)
+        return EXIT_FAILURE
+    where = f"outbox {args.table!r} at {mask_data_source(args.data_source)}"
+    try:
+        if action == "list":
+            entries = binding.quarantined(args.key)
+            if args.json:
+                for e in entries:
+                    print(json.dumps({
+                        "key": e.key, "record_id": e.record_id, "topic": e.topic, "attempts": e.attempts,
+                        "quarantine_time": e.quarantine_time.isoformat() if e.quarantine_time else None,
+                        "error": e.error,
+                    }))
+            elif not entries:
+                print(f"no quarantined keys in {where}")
+            else:
+                print(f"{len(entries)} quarantined key(s) in {where}:")
+                for e in entries:
+                    when = e.quarantine_time.isoformat(timespec="seconds") if e.quarantine_time else "?"
+                    print(
+                        f"  key {e.key!r}: record {e.record_id} (topic {e.topic!r}) after {e.attempts} attempts "
+                        f"at {when}: {e.error}"
+                    )
+            return EXIT_OK
+        if action == "replay":
+            if not binding.replay(args.key):
+                print(f"reaper quarantine replay: error: key {args.key!r} is not quarantined in {where}", file=sys.stderr)
+                return EXIT_FAILURE
+            print(f"replayed key {args.key!r}: its records will be published again, in order")
+            return EXIT_OK
+        discarded = binding.discard(args.key)
+        if discarded is None:
+            print(f"reaper quarantine discard: error: key {args.key!r} is not quarantined in {where}", file=sys.stderr)
+            return EXIT_FAILURE
+        print(
+            f"discarded record {discarded.record_id} of key {args.key!r} (topic {discarded.topic!r}); "
+            "the key's later records will be published"
+        )
+        return EXIT_OK
+    finally:
+        binding.dispose()
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``quarantine`` to ``reaper``'s sub-commands."""
+    p = subparsers.add_parser(
+        "quarantine",
+        help="list, replay or discard keys parked behind a poison record (poisonPolicy: quarantine)",
+        description=__doc__.split("\n\n")[2] if __doc__ else None,
+    )
+    p.add_argument("action", choices=("list", "replay", "discard"), help="what to do")
+    p.add_argument("--data-source", required=True, help="SQLAlchemy URL (or a libpq key=value string)")
+    p.add_argument("--table", default="outbox", help="outbox table name, optionally schema-qualified")
+    p.add_argument("--binding", default=None, help="dialect plugin (default: from the URL's scheme)")
+    p.add_argument("--key", default=None, help="the key (required for replay and discard)")
+    p.add_argument("--json", action="store_true", help="list: one JSON object per line")
+    p.set_defaults(func=cmd_quarantine)
