@@ -1,0 +1,171 @@
+"""``reaper inbox``: run the exactly-once consumer beside a service, and look after its dead letters.
+
+    reaper inbox -f inbox.yaml --handler billing.inbox:apply      run until SIGINT/SIGTERM
+    reaper inbox -f inbox.yaml --print-config                     the effective config, secrets masked
+    reaper inbox -f inbox.yaml --init-db                          create the inbox's tables and exit
+    reaper inbox -f inbox.yaml --dead-letters [--limit N]         list dead-lettered and parked messages
+    reaper inbox -f inbox.yaml --replay [--topic T] [--key K]     ask the owning consumers to replay them
+
+``--handler`` names a callable ``handler(tx, message)`` as ``package.module:attribute``
+(the attribute may be dotted). The file's ``inbox:`` section is described in ``docs/inbox.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any
+
+__all__ = ["cmd_inbox", "load_handler", "main", "register"]
+
+log = logging.getLogger("pyharvest.reaper")
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+def load_handler(spec: str) -> Any:
+    """Import ``package.module:attribute`` and return the attribute; ConfigError if it cannot."""
+    from pyharvest.core.errors import ConfigError
+
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError("--handler", f"expected 'package.module:function', got {spec!r}")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError("--handler", f"cannot import {module_name!r}: {e}") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError("--handler", f"{module_name!r} has no attribute {attr!r}") from None
+    if not callable(obj):
+        raise ConfigError("--handler", f"{spec!r} is not callable")
+    return obj
+
+
+def cmd_inbox(args: argparse.Namespace) -> int:
+    from pyharvest.cli import setup_logging
+    from pyharvest.core.errors import ConfigError
+    from pyharvest.inbox import Inbox, InboxFile, InboxTables
+
+    cfg = InboxFile.load(args.file)
+    inbox_cfg = cfg.inbox.resolve()
+    setup_logging(cfg.logging.numeric_level, cfg.logging.json)
+    if args.print_config:
+        import yaml
+
+        print(yaml.safe_dump({"inbox": inbox_cfg.to_mapping(mask_secrets=True)}, sort_keys=False), end="")
+        return EXIT_OK
+    if args.init_db or args.dead_letters or args.replay:
+        from pyharvest.bindings.sql.connect import create_engine, resolve
+
+        url, plugin = resolve(inbox_cfg.data_source, inbox_cfg.binding)
+        engine = create_engine(url, plugin)
+        tables = InboxTables.build(inbox_cfg.checkpoint_table, inbox_cfg.dedupe_table, inbox_cfg.dead_letter_table)
+        try:
+            tables.create(engine)
+            if args.dead_letters:
+                return _print_dead_letters(engine, tables, inbox_cfg.group_id, args.limit)
+            if args.replay:
+                from pyharvest.inbox import request_replay
+
+                with engine.begin() as conn:
+                    n = request_replay(
+                        conn,
+                        tables.dead_letter,
+                        inbox_cfg.group_id,
+                        topic=args.topic,
+                        key=None if args.key is None else args.key.encode(),
+                    )
+                print(f"replay requested for {n} stored message(s); the consumers owning their partitions replay them")
+                return EXIT_OK
+            print("inbox tables are ready")
+            return EXIT_OK
+        finally:
+            engine.dispose()
+    if not args.handler:
+        raise ConfigError("--handler", "required to run the inbox: --handler package.module:function")
+    inbox = Inbox(inbox_cfg, load_handler(args.handler))
+    stopping = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if not stopping.is_set():
+            stopping.set()
+            log.info("%s received: stopping (the open batch commits)", signal.Signals(signum).name)
+        inbox.stop()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        log.info("inbox starting with %s", inbox_cfg)
+        inbox.run()
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    return EXIT_OK
+
+
+def _print_dead_letters(engine: Any, tables: Any, group_id: str, limit: int) -> int:
+    from pyharvest.inbox import list_dead_letters
+
+    with engine.connect() as conn:
+        letters = list_dead_letters(conn, tables.dead_letter, group_id, limit)
+    for letter in letters:
+        m = letter.message
+        flag = " (replay requested)" if letter.replay_requested else ""
+        print(
+            f"#{letter.id} {letter.status:6} {m.topic}[{m.partition}]@{m.offset} key={m.key_text!r} "
+            f"delivery={m.delivery_id}{flag}"
+        )
+        if letter.error:
+            print("    " + letter.error.strip().splitlines()[-1])
+    print(f"{len(letters)} stored message(s)" + (" (limit reached)" if len(letters) >= limit else ""))
+    return EXIT_OK
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "inbox",
+        help="run the exactly-once consumer (apply Kafka messages to the database with a handler)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("-f", "--file", required=True, help="configuration file with an 'inbox:' section")
+    p.add_argument("--handler", help="the handler, as package.module:function")
+    p.add_argument("--print-config", action="store_true", help="print the effective config (secrets masked) and exit")
+    p.add_argument("--init-db", action="store_true", help="create the inbox's tables (idempotent) and exit")
+    p.add_argument("--dead-letters", action="store_true", help="list dead-lettered and parked messages and exit")
+    p.add_argument("--limit", type=int, default=100, help="with --dead-letters: at most this many (default 100)")
+    p.add_argument("--replay", action="store_true", help="ask the owning consumers to replay stored messages, and exit")
+    p.add_argument("--topic", help="with --replay: only this topic")
+    p.add_argument("--key", help="with --replay: only this key (UTF-8)")
+    p.set_defaults(func=cmd_inbox)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m pyharvest.commands.inbox …``: the same as ``reaper inbox …``."""
+    from pyharvest.core.errors import ConfigError, HarvestError
+
+    parser = argparse.ArgumentParser(prog="reaper")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["inbox", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return int(args.func(args))
+    except ConfigError as e:
+        print(f"reaper: error: invalid configuration: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except HarvestError as e:
+        print(f"reaper: error: {e}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

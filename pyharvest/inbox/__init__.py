@@ -1,0 +1,41 @@
+"""The consuming side of the outbox: apply Kafka messages to a database exactly once.
+
+>>> from pyharvest.inbox import Inbox, InboxConfig
+>>> def apply(tx, message):                               # doctest: +SKIP
+...     tx.execute(credit, {"account": message.key_text, "amount": int(message.value)})
+>>> config = InboxConfig(base_kafka_config={"bootstrap.servers": "localhost:9092"},
+...                      group_id="billing-inbox", topics=["payments"],
+...                      data_source="postgresql+psycopg://app@localhost/app")
+>>> with Inbox(config, apply) as inbox:                   # doctest: +SKIP
+...     inbox.join()
+
+See ``docs/inbox.md`` for the guarantees and the tables.
+"""
+
+from pyharvest.inbox.config import ERROR_POLICIES, InboxConfig, InboxFile, InboxLimits
+from pyharvest.inbox.deadletters import DeadLetter, list_dead_letters, request_replay
+from pyharvest.inbox.errors import HandlerError, InboxError
+from pyharvest.inbox.message import OUTBOX_HEADER, RECORD_ID_HEADER, InboxMessage, delivery_id_for, source_identity
+from pyharvest.inbox.runner import Handler, Inbox, InboxStats
+from pyharvest.inbox.tables import InboxTables
+
+__all__ = [
+    "ERROR_POLICIES",
+    "OUTBOX_HEADER",
+    "RECORD_ID_HEADER",
+    "DeadLetter",
+    "Handler",
+    "HandlerError",
+    "Inbox",
+    "InboxConfig",
+    "InboxError",
+    "InboxFile",
+    "InboxLimits",
+    "InboxMessage",
+    "InboxStats",
+    "InboxTables",
+    "delivery_id_for",
+    "list_dead_letters",
+    "request_replay",
+    "source_identity",
+]

@@ -1,0 +1,277 @@
+"""Inbox configuration: the ``inbox:`` section of a YAML file, or built in Python.
+
+The conventions are the harvester's (:mod:`pyharvest.core.config`): camelCase YAML keys,
+Go durations (``100ms``, ``2s``), snake_case attributes in seconds, and a
+:class:`~pyharvest.core.errors.ConfigError` naming the offending field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from pyharvest.bindings.sql.identifiers import parse_table_name
+from pyharvest.core.config import LoggingConfig, mask_data_source, mask_kafka_config
+from pyharvest.core.durations import format_duration, parse_duration
+from pyharvest.core.errors import ConfigError
+
+__all__ = ["ERROR_POLICIES", "InboxConfig", "InboxFile", "InboxLimits"]
+
+#: ``stop``: a failing handler stops the consumer, nothing is skipped.
+#: ``dead-letter``: the message is stored with its error, later messages of its key are parked.
+ERROR_POLICIES = ("stop", "dead-letter")
+
+_KAFKA_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+# Properties the inbox owns: offsets come from the database, so Kafka must not move them.
+_OWNED_KAFKA_KEYS = ("group.id", "enable.auto.commit", "enable.auto.offset.store")
+
+
+def _camel(name: str) -> str:
+    special = {"group_id": "groupID", "io_error_backoff": "ioErrorBackoff"}
+    if name in special:
+        return special[name]
+    head, *rest = name.split("_")
+    return head + "".join(p.capitalize() for p in rest)
+
+
+@dataclass(slots=True)
+class InboxLimits:
+    """Sizing and timing. ``None`` means the default (see :meth:`resolve`); durations in seconds."""
+
+    #: Most messages applied in one database transaction.
+    max_batch_size: int | None = None
+    #: Longest a transaction stays open gathering messages before it commits.
+    max_batch_duration: float | None = None
+    #: How long an idle consumer waits for messages per poll (also bounds shutdown latency).
+    poll_duration: float | None = None
+    #: Pause after a database or broker error before resynchronising from the checkpoints.
+    io_error_backoff: float | None = None
+    #: How often the owner of a partition looks for dead letters an operator asked to replay.
+    replay_poll_interval: float | None = None
+    #: Prune the dedupe table after this many commits (per consumer).
+    prune_every_commits: int | None = None
+
+    _INTS = ("max_batch_size", "prune_every_commits")
+
+    def resolve(self) -> InboxLimits:
+        r = dataclasses.replace(self)
+        r.max_batch_size = 1000 if r.max_batch_size is None else r.max_batch_size
+        r.max_batch_duration = 0.1 if r.max_batch_duration is None else r.max_batch_duration
+        r.poll_duration = 0.1 if r.poll_duration is None else r.poll_duration
+        r.io_error_backoff = 1.0 if r.io_error_backoff is None else r.io_error_backoff
+        r.replay_poll_interval = 1.0 if r.replay_poll_interval is None else r.replay_poll_interval
+        r.prune_every_commits = 100 if r.prune_every_commits is None else r.prune_every_commits
+        for name in self._INTS:
+            v = getattr(r, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"inbox.limits.{_camel(name)}", f"expected a whole number of at least 1, got {v!r}")
+        for f in fields(r):
+            if f.name in self._INTS:
+                continue
+            v = getattr(r, f.name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+                raise ConfigError(f"inbox.limits.{_camel(f.name)}", f"expected a positive duration, got {v!r}")
+        return r
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None, prefix: str = "inbox.limits") -> InboxLimits:
+        if data is not None and not isinstance(data, Mapping):
+            raise ConfigError(prefix, f"expected a mapping, got {data!r}")
+        out = cls()
+        known = {_camel(f.name): f.name for f in fields(cls)}
+        for key, value in (data or {}).items():
+            attr = known.get(key)
+            if attr is None:
+                raise ConfigError(f"{prefix}.{key}", f"unknown key; expected one of: {', '.join(sorted(known))}")
+            if value is None:
+                continue
+            if attr in cls._INTS:
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise ConfigError(f"{prefix}.{key}", f"expected a whole number, got {value!r}")
+                setattr(out, attr, value)
+            else:
+                try:
+                    setattr(out, attr, parse_duration(value, f"{prefix}.{key}"))
+                except ValueError as e:
+                    raise ConfigError("", str(e)) from None
+        return out
+
+    def to_mapping(self) -> dict[str, object]:
+        return {
+            _camel(f.name): (v if f.name in self._INTS else format_duration(v))
+            for f in fields(self)
+            if (v := getattr(self, f.name)) is not None
+        }
+
+
+@dataclass(slots=True)
+class InboxConfig:
+    """What an inbox consumer needs.
+
+    ``group_id`` names the consumer group and scopes every row the inbox writes (two inboxes
+    with different groups apply the same messages independently). ``topics`` are subscribed.
+    ``data_source``/``binding`` are as for the harvester. The three tables are created when
+    missing unless ``create_tables`` is false.
+    """
+
+    base_kafka_config: dict[str, object] = field(default_factory=dict)
+    group_id: str = ""
+    topics: list[str] = field(default_factory=list)
+    data_source: str = ""
+    binding: str | None = None
+    checkpoint_table: str = "pyharvest_inbox_checkpoint"
+    dedupe_table: str = "pyharvest_inbox_dedupe"
+    dead_letter_table: str = "pyharvest_inbox_dead_letter"
+    create_tables: bool = True
+    error_policy: str = "stop"
+    #: Remember applied (outbox, record id) identities for this many offsets per partition.
+    dedupe_window: int = 100_000
+    limits: InboxLimits = field(default_factory=InboxLimits)
+
+    def resolve(self) -> InboxConfig:
+        """A validated copy with defaults filled in; raises :class:`ConfigError`."""
+        c = dataclasses.replace(self, limits=self.limits.resolve(), topics=list(self.topics or []))
+        if not isinstance(c.base_kafka_config, Mapping) or not all(isinstance(k, str) for k in c.base_kafka_config):
+            raise ConfigError(
+                "inbox.baseKafkaConfig", f"expected a mapping of Kafka properties, got {c.base_kafka_config!r}"
+            )
+        c.base_kafka_config = dict(c.base_kafka_config)
+        if "bootstrap.servers" not in c.base_kafka_config:
+            raise ConfigError("inbox.baseKafkaConfig", "needs 'bootstrap.servers'")
+        owned = [k for k in _OWNED_KAFKA_KEYS if k in c.base_kafka_config]
+        if owned:
+            raise ConfigError(
+                f"inbox.baseKafkaConfig.{owned[0]}",
+                "is set by the inbox (offsets live in the database); use groupID for the group",
+            )
+        if not isinstance(c.group_id, str) or not _KAFKA_NAME.fullmatch(c.group_id):
+            raise ConfigError("inbox.groupID", f"expected 1-249 characters from [a-zA-Z0-9._-], got {c.group_id!r}")
+        if not c.topics:
+            raise ConfigError("inbox.topics", "expected a list of one or more topic names")
+        for t in c.topics:
+            if not isinstance(t, str) or not _KAFKA_NAME.fullmatch(t):
+                raise ConfigError("inbox.topics", f"{t!r} is not a valid Kafka topic name")
+        if not isinstance(c.data_source, str) or not c.data_source.strip():
+            raise ConfigError("inbox.dataSource", "expected a SQLAlchemy URL (or a libpq key=value string)")
+        if c.binding is not None and (not isinstance(c.binding, str) or not c.binding):
+            raise ConfigError("inbox.binding", f"expected the name of a dialect plugin, got {c.binding!r}")
+        names = {}
+        for fname in ("checkpoint_table", "dedupe_table", "dead_letter_table"):
+            try:
+                names[fname] = parse_table_name(getattr(c, fname))
+            except ConfigError as e:
+                raise ConfigError(f"inbox.{_camel(fname)}", e.problem) from None
+        if len(set(names.values())) != len(names):
+            raise ConfigError("inbox.deadLetterTable", "checkpoint, dedupe and dead-letter tables must differ")
+        if not isinstance(c.create_tables, bool):
+            raise ConfigError("inbox.createTables", f"expected true or false, got {c.create_tables!r}")
+        if c.error_policy not in ERROR_POLICIES:
+            raise ConfigError(
+                "inbox.errorPolicy", f"expected one of {', '.join(ERROR_POLICIES)}, got {c.error_policy!r}"
+            )
+        if isinstance(c.dedupe_window, bool) or not isinstance(c.dedupe_window, int) or c.dedupe_window < 1:
+            raise ConfigError(
+                "inbox.dedupeWindow", f"expected a whole number of offsets of at least 1, got {c.dedupe_window!r}"
+            )
+        return c
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], prefix: str = "inbox") -> InboxConfig:
+        """Build from camelCase keys (the ``inbox:`` section)."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(prefix, f"expected a mapping, got {type(data).__name__}")
+        c = cls()
+        known = {_camel(f.name): f.name for f in fields(cls)}
+        for key, value in data.items():
+            attr = known.get(key)
+            where = f"{prefix}.{key}"
+            if attr is None:
+                raise ConfigError(where, f"unknown key; expected one of: {', '.join(sorted(known))}")
+            if value is None:
+                continue
+            if attr == "limits":
+                c.limits = InboxLimits.from_mapping(value, f"{prefix}.limits")
+            elif attr == "base_kafka_config":
+                if not isinstance(value, Mapping):
+                    raise ConfigError(where, f"expected a mapping of Kafka properties, got {value!r}")
+                c.base_kafka_config = dict(value)
+            elif attr == "topics":
+                if isinstance(value, str):
+                    value = [value]
+                if not isinstance(value, list):
+                    raise ConfigError(where, f"expected a list of topic names, got {value!r}")
+                c.topics = list(value)
+            elif attr == "create_tables":
+                if not isinstance(value, bool):
+                    raise ConfigError(where, f"expected true or false, got {value!r}")
+                c.create_tables = value
+            elif attr == "dedupe_window":
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise ConfigError(where, f"expected a whole number, got {value!r}")
+                c.dedupe_window = value
+            else:
+                if not isinstance(value, str):
+                    raise ConfigError(where, f"expected a string, got {value!r}")
+                setattr(c, attr, value)
+        return c
+
+    def to_mapping(self, mask_secrets: bool = True) -> dict[str, object]:
+        out: dict[str, object] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "limits":
+                out["limits"] = v.to_mapping()
+            elif f.name == "base_kafka_config":
+                out[_camel(f.name)] = mask_kafka_config(v) if mask_secrets else dict(v)
+            elif f.name == "data_source" and mask_secrets:
+                out["dataSource"] = mask_data_source(v)
+            else:
+                out[_camel(f.name)] = list(v) if isinstance(v, list) else v
+        return out
+
+    def __repr__(self) -> str:
+        # Never let a password reach a log line through repr().
+        return f"InboxConfig({self.to_mapping(mask_secrets=True)!r})"
+
+    __str__ = __repr__
+
+
+@dataclass(slots=True)
+class InboxFile:
+    """A YAML file holding an ``inbox:`` section and optionally ``logging:``. A ``harvest:``
+    (and ``metrics:``) section may sit beside them, so one file can serve ``reaper -f`` and
+    ``reaper inbox -f``; the inbox ignores them."""
+
+    inbox: InboxConfig
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> InboxFile:
+        if not isinstance(data, Mapping):
+            raise ConfigError("", "the configuration file must hold a mapping with an 'inbox:' section")
+        unknown = set(data) - {"inbox", "logging", "harvest", "metrics"}
+        if unknown:
+            raise ConfigError(
+                sorted(unknown)[0], "unknown top-level section; expected 'inbox' and optionally 'logging'"
+            )
+        if not data.get("inbox"):
+            raise ConfigError("inbox", "missing section; the configuration file needs an 'inbox:' mapping")
+        return cls(InboxConfig.from_mapping(data["inbox"]), LoggingConfig.from_mapping(data.get("logging")))
+
+    @classmethod
+    def load(cls, path: str) -> InboxFile:
+        import yaml
+
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise ConfigError("", f"cannot read configuration file {path!r}: {e.strerror}") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ConfigError("", f"{path} is not valid YAML: {e}") from None
+        return cls.from_mapping(data if data is not None else {})
