@@ -1,0 +1,304 @@
+"""``df.write.format("pyharvest.outbox")``: a DataFrame into the outbox, all or nothing per job.
+
+How the job-level guarantee is kept (see :mod:`.staging`):
+
+1. Planning (driver) checks the options and the tables and creates the job's staging tables.
+2. Each task writes its partition into the staging tables in one transaction, tagged with
+   its partition id and its task attempt id, and reports (partition, attempt, row counts).
+3. Commit (driver) moves exactly the rows of the attempts named in the commit messages into
+   the outbox (and the target table) in ONE transaction and drops the staging tables. Rows
+   of failed or duplicate attempts are never named, so they never move.
+4. Abort drops the staging tables whatever the messages say (Spark may pass ``None`` for
+   tasks that did write), so a failed job leaves nothing.
+
+The harvester only reads the outbox, so it sees none of a job's records before step 3
+commits and all of them after.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from itertools import count, repeat
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from pyharvest.bindings.spark.arrow_rows import EventFunction, derive_events, outbox_payload
+from pyharvest.bindings.spark.database import Database, bulk_insert
+from pyharvest.bindings.spark.outbox_layout import CREATE_TIME, PAYLOAD_COLUMNS
+from pyharvest.bindings.spark.staging import (
+    ATTEMPT,
+    PARTITION,
+    SEQ,
+    create_outbox_staging,
+    create_target_staging,
+    drop_table,
+    staging_name,
+)
+from pyharvest.bindings.spark.writer_options import WriterOptions, parse_writer_options
+from pyharvest.bindings.sql.identifiers import TableName
+from pyharvest.bindings.sql.outbox import NATIVE, UTCDateTime
+from pyharvest.bindings.sql.schema import check_table
+from pyharvest.core.errors import BindingError, ConfigError
+
+__all__ = ["OutboxDataSource", "OutboxWriter", "StagedPartition", "WriteJobError"]
+
+log = logging.getLogger("pyharvest.spark")
+
+_STAGED_OUTBOX_COLUMNS = [PARTITION, ATTEMPT, SEQ, *PAYLOAD_COLUMNS]
+_STAGED_OUTBOX_PG_TYPES = ["int4", "int8", "int8", "text", "text", "bytea", "text"]
+
+
+class WriteJobError(BindingError):
+    """The job's commit found the staged rows not as the tasks reported them; nothing was moved."""
+
+
+@dataclass(frozen=True)
+class StagedPartition(WriterCommitMessage):
+    """What a successful task attempt staged."""
+
+    partition: int
+    attempt: int  # Spark's task attempt id: unique within the application
+    outbox_rows: int
+    target_rows: int
+
+
+class OutboxDataSource(DataSource):
+    """Registered as ``pyharvest.outbox`` by :func:`pyharvest.bindings.spark.register`."""
+
+    # Filled by register(spark, events=...) on a subclass, so the functions travel with the
+    # pickled data source to the Python processes that plan and run the job.
+    event_functions: ClassVar[Mapping[str, EventFunction]] = {}
+
+    @classmethod
+    def name(cls) -> str:
+        return "pyharvest.outbox"
+
+    def writer(self, schema: StructType, overwrite: bool) -> OutboxWriter:
+        if overwrite:
+            raise ConfigError("mode", "the outbox is append-only: use .mode('append')")
+        options = parse_writer_options(dict(self.options), schema, self.event_functions)
+        return OutboxWriter.plan(options)
+
+
+class OutboxWriter(DataSourceArrowWriter):
+    def __init__(self, options: WriterOptions, job_id: str, outbox_staging: TableName,
+                 target_staging: TableName | None) -> None:
+        self.options = options
+        self.job_id = job_id
+        self.outbox_staging = outbox_staging
+        self.target_staging = target_staging
+
+    def __repr__(self) -> str:
+        return f"OutboxWriter(job={self.job_id}, outbox={self.options.outbox}, target={self.options.target})"
+
+    # -- planning (driver) ---------------------------------------------------------------
+
+    @classmethod
+    def plan(cls, options: WriterOptions) -> OutboxWriter:
+        db = Database(options.url, options.binding)
+        try:
+            layout = check_table(db.engine, options.outbox, db.plugin)
+            if layout != NATIVE:
+                raise BindingError(
+                    f"outbox table {options.outbox} has the {layout!r} layout; the Spark writer supports the "
+                    f"{NATIVE!r} layout only"
+                )
+            data_columns: list[str] = []
+            if options.target is not None:
+                data_columns = options.columns
+                _check_target(db, options.target, data_columns)
+            job_id = uuid.uuid4().hex
+            outbox_staging = staging_name(options.outbox, job_id)
+            target_staging = staging_name(options.target, job_id) if options.target is not None else None
+            create_outbox_staging(db, outbox_staging)
+            if options.target is not None and target_staging is not None:
+                try:
+                    create_target_staging(db, options.target, target_staging, data_columns)
+                except BaseException:
+                    with db.engine.begin() as conn:
+                        drop_table(conn, db, outbox_staging)
+                    raise
+            log.info("pyharvest.outbox job %s planned: outbox %s at %s", job_id, options.outbox, db.display_url)
+            return cls(options, job_id, outbox_staging, target_staging)
+        finally:
+            db.engine.dispose()
+
+    # -- tasks (executors) -----------------------------------------------------------------
+
+    def write(self, iterator: Iterator[Any]) -> StagedPartition:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is None:
+            raise RuntimeError("OutboxWriter.write runs inside a Spark task")
+        return self.stage(ctx.partitionId(), ctx.taskAttemptId(), iterator)
+
+    def stage(self, partition: int, attempt: int, batches: Iterator[Any]) -> StagedPartition:
+        """Stage one partition's rows in one transaction (a failed attempt leaves nothing;
+        one that committed but failed afterwards is simply never named by the commit)."""
+        o = self.options
+        db = Database.shared(o.url, o.binding)
+        where = f"Spark partition {partition}"
+        outbox_sql = db.table(self.outbox_staging)
+        pg_types = _STAGED_OUTBOX_PG_TYPES if db.is_postgresql else None
+        n_out = n_target = 0
+        with db.engine.begin() as conn:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                if o.record_columns is not None:
+                    payload = outbox_payload(batch, o.record_columns, where)
+                else:
+                    assert self.target_staging is not None
+                    columns = [batch.column(c).to_pylist() for c in o.columns]
+                    rows = zip(repeat(partition), repeat(attempt), count(n_target), *columns)
+                    n_target += bulk_insert(conn, db.table(self.target_staging), [PARTITION, ATTEMPT, SEQ, *o.columns], rows)
+                    if o.events is None:
+                        continue
+                    payload = derive_events(batch.to_pylist(), batch, o.events, where)
+                staged = zip(repeat(partition), repeat(attempt), count(n_out), *payload)
+                n_out += bulk_insert(conn, outbox_sql, _STAGED_OUTBOX_COLUMNS, staged, pg_types)
+        return StagedPartition(partition, attempt, n_out, n_target)
+
+    # -- job end (driver) ------------------------------------------------------------------
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        staged = _winners(messages)
+        started = time.monotonic()
+        o = self.options
+        db = Database(o.url, o.binding)
+        try:
+            with db.engine.begin() as conn:
+                if db.is_postgresql:
+                    conn.exec_driver_sql("SET LOCAL work_mem = '256MB'")  # the move's sort stays in memory
+                if self.target_staging is not None and o.target is not None:
+                    self._move_target(conn, db, staged)
+                moved = self._move_outbox(conn, db, staged)
+                if db.transactional_ddl:
+                    self._drop_staging(conn, db)
+            if not db.transactional_ddl:
+                self._drop_staging_after(db)
+            log.info("pyharvest.outbox job %s committed %d record(s) from %d partition(s) in %.2fs",
+                     self.job_id, moved, len(staged), time.monotonic() - started)
+        finally:
+            db.engine.dispose()
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        # The messages cannot be trusted to name every attempt that wrote: drop everything.
+        o = self.options
+        db = Database(o.url, o.binding)
+        try:
+            self._drop_staging_after(db)
+            log.warning("pyharvest.outbox job %s aborted; its staged rows were discarded", self.job_id)
+        finally:
+            db.engine.dispose()
+
+    def _move_outbox(self, conn: sa.Connection, db: Database, staged: list[StagedPartition]) -> int:
+        expected = sum(m.outbox_rows for m in staged)
+        if expected == 0:
+            return 0
+        payload = ", ".join(db.q(c) for c in PAYLOAD_COLUMNS)
+        src, dst = db.table(self.outbox_staging), db.table(self.options.outbox)
+        winners = _winners_clause(db, staged)
+        # Ids are assigned in this order, so they follow the DataFrame's order within a partition.
+        order = f"{db.q(PARTITION)}, {db.q(SEQ)}"
+        if db.is_postgresql:
+            order = f"(({db.q(PARTITION)})::bigint << 40) | {db.q(SEQ)}"  # one int8 key sorts ~1.5x faster than two
+        sql = (f"INSERT INTO {dst} ({db.q(CREATE_TIME)}, {payload}) "
+               f"SELECT :now, {payload} FROM {src} WHERE {winners} ORDER BY {order}")
+        stmt = sa.text(sql).bindparams(sa.bindparam("now", type_=UTCDateTime))
+        moved = conn.execute(stmt, {"now": datetime.now(timezone.utc)}).rowcount
+        if moved != expected:
+            raise WriteJobError(
+                f"job {self.job_id}: the tasks staged {expected} outbox row(s) but {moved} were found; "
+                "the staging table was altered or lost (e.g. a database restart); nothing was committed"
+            )
+        return int(moved)
+
+    def _move_target(self, conn: sa.Connection, db: Database, staged: list[StagedPartition]) -> None:
+        o = self.options
+        assert o.target is not None and self.target_staging is not None
+        expected = sum(m.target_rows for m in staged)
+        if expected == 0:
+            return
+        src, dst = db.table(self.target_staging), db.table(o.target)
+        winners = _winners_clause(db, staged)
+        found = conn.exec_driver_sql(f"SELECT COUNT(*) FROM {src} WHERE {winners}").scalar()
+        if found != expected:
+            raise WriteJobError(
+                f"job {self.job_id}: the tasks staged {expected} row(s) for {o.target} but {found} were found; "
+                "nothing was committed"
+            )
+        conn.exec_driver_sql(_target_move_sql(db, src, dst, o.columns, o.key_columns, winners))
+
+    def _drop_staging(self, conn: sa.Connection, db: Database) -> None:
+        drop_table(conn, db, self.outbox_staging)
+        if self.target_staging is not None:
+            drop_table(conn, db, self.target_staging)
+
+    def _drop_staging_after(self, db: Database) -> None:
+        try:
+            with db.engine.begin() as conn:
+                self._drop_staging(conn, db)
+        except sa.exc.SQLAlchemyError as e:
+            # Harmless for correctness (nothing reads staging tables); drop_stale_staging cleans up.
+            log.warning("pyharvest.outbox job %s: could not drop staging table(s): %s", self.job_id, str(e).splitlines()[0])
+
+
+def _check_target(db: Database, target: TableName, columns: Sequence[str]) -> None:
+    try:
+        found = {c["name"] for c in sa.inspect(db.engine).get_columns(target.name, schema=target.schema)}
+    except sa.exc.NoSuchTableError:
+        raise BindingError(f"target table {target} does not exist at {db.display_url}") from None
+    unknown = [c for c in columns if c not in found]
+    if unknown:
+        raise ConfigError("target_table", f"{target} has no column(s) {', '.join(unknown)} (it has: {', '.join(sorted(found))})")
+
+
+def _winners(messages: Sequence[WriterCommitMessage | None]) -> list[StagedPartition]:
+    staged: dict[int, StagedPartition] = {}
+    for m in messages:
+        if not isinstance(m, StagedPartition):
+            raise WriteJobError(f"commit received {m!r} instead of a staged partition; refusing to guess what to move")
+        if m.partition in staged and staged[m.partition] != m:
+            raise WriteJobError(f"commit received two attempts for partition {m.partition}; refusing to move both")
+        staged[m.partition] = m
+    return sorted(staged.values(), key=lambda m: m.partition)
+
+
+def _winners_clause(db: Database, staged: Sequence[StagedPartition]) -> str:
+    pairs = ", ".join(f"({int(m.partition)}, {int(m.attempt)})" for m in staged)
+    return f"({db.q(PARTITION)}, {db.q(ATTEMPT)}) IN ({pairs})"
+
+
+def _target_move_sql(db: Database, src: str, dst: str, columns: Sequence[str], keys: Sequence[str], winners: str) -> str:
+    cols = ", ".join(db.q(c) for c in columns)
+    order = f"{db.q(PARTITION)}, {db.q(SEQ)}"
+    if not keys:
+        return f"INSERT INTO {dst} ({cols}) SELECT {cols} FROM {src} WHERE {winners} ORDER BY {order}"
+    qkeys = ", ".join(db.q(k) for k in keys)
+    others = [c for c in columns if c not in keys]
+    if db.name == "postgresql":
+        # ON CONFLICT cannot touch a row twice in one statement: keep each key's last row.
+        select = (f"SELECT DISTINCT ON ({qkeys}) {cols} FROM {src} WHERE {winners} "
+                  f"ORDER BY {qkeys}, {db.q(PARTITION)} DESC, {db.q(SEQ)} DESC")
+        action = ("DO UPDATE SET " + ", ".join(f"{db.q(c)} = EXCLUDED.{db.q(c)}" for c in others)) if others else "DO NOTHING"
+        return f"INSERT INTO {dst} ({cols}) {select} ON CONFLICT ({qkeys}) {action}"
+    if db.name in ("mysql", "mariadb"):
+        # Rows apply in order, so a key's last row wins; the unique key is whichever the table has.
+        scols = ", ".join(f"s.{db.q(c)}" for c in columns)
+        update = ", ".join(f"{db.q(c)} = s.{db.q(c)}" for c in (others or keys[:1]))
+        return (f"INSERT INTO {dst} ({cols}) SELECT {scols} FROM {src} AS s WHERE {winners} ORDER BY {order} "
+                f"ON DUPLICATE KEY UPDATE {update}")
+    if db.name == "sqlite":
+        action = ("DO UPDATE SET " + ", ".join(f"{db.q(c)} = excluded.{db.q(c)}" for c in others)) if others else "DO NOTHING"
+        return f"INSERT INTO {dst} ({cols}) SELECT {cols} FROM {src} WHERE {winners} ORDER BY {order} ON CONFLICT ({qkeys}) {action}"
+    raise ConfigError("target_key_columns", f"upserts are not implemented for {db.name}; omit target_key_columns to insert")

@@ -1,0 +1,52 @@
+"""One local SparkSession for the whole Spark suite; the suite is skipped without PySpark.
+
+``local[2,4]``: two cores, and a failed task is retried up to four times, as on a cluster,
+so the tests can fail a task's first attempt and watch the retry.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+pytest.importorskip("pyspark", reason="the Spark suite needs PySpark 4: pip install 'pyharvest[spark]'")
+pytest.importorskip("pyarrow", reason="the Spark suite needs pyarrow: pip install 'pyharvest[spark]'")
+
+import pyspark  # noqa: E402
+
+if int(pyspark.__version__.split(".")[0]) < 4:
+    pytest.skip(f"the Spark suite needs PySpark 4 (found {pyspark.__version__})", allow_module_level=True)
+
+SPARK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+
+
+def spark_builder(app: str):  # noqa: ANN201 - pyspark's builder type
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.master("local[2,4]")
+        .appName(app)
+        .config("spark.driver.memory", "768m")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+    )
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    for k, v in SPARK_ENV.items():
+        os.environ.setdefault(k, v)
+    session = spark_builder("pyharvest-tests").getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    from pyharvest.bindings.spark import register
+
+    register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
