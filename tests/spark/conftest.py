@@ -50,3 +50,7 @@ def spark() -> Iterator[object]:
         yield session
     finally:
         session.stop()
+        # py4j logs at INFO while the interpreter exits, after pytest closed its streams.
+        import logging
+
+        logging.getLogger("py4j").setLevel(logging.WARNING)
