@@ -1,0 +1,36 @@
+"""The benchmark's scenarios at toy sizes: correctness (nothing lost, order held), not timing.
+
+The benchmark verifies its own output, so a scenario that loses or reorders records fails
+here; the figures it prints mean nothing at these sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_scenario_runs_and_verifies(dialect, database_url, kafka_bootstrap, tmp_path):
+    if dialect == "sqlite":
+        # A file both the benchmark's processes can reach.
+        database_url = f"sqlite:///{tmp_path / 'bench.db'}"
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.harvest_bench", "--quick", "--database", database_url,
+         "--bootstrap", kafka_bootstrap, "--scenarios", "drain,skew,large,steady,stasher", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=280,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert [r["scenario"] for r in results] == ["drain", "skew", "large", "steady", "stasher"]
+    for r in results:
+        assert r["lost"] == 0 and r["reordered"] == 0, r
+        assert r["records_per_second"] > 0, r
