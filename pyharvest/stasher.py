@@ -14,6 +14,17 @@ For many records, prepare once and reuse the statement::
     for r in records:
         writer.stash(r)          # or writer.stash_many(records): one executemany
 
+With asyncio, the same on an :class:`~sqlalchemy.ext.asyncio.AsyncConnection` or
+:class:`~sqlalchemy.ext.asyncio.AsyncSession`::
+
+    async with engine.begin() as tx:                  # engine = create_async_engine(...)
+        await astash(tx, OutboxRecord("orders", key="order-42", value=b"..."))
+        writer = await Stasher("outbox").aprepare(tx)
+        await writer.stash_many(records)
+
+``propagate_trace=True`` adds the current OpenTelemetry span's W3C ``traceparent`` (and
+``tracestate``) headers to records that carry no ``traceparent`` (see :mod:`pyharvest.tracing`).
+
 Statements are built once per (dialect, table, layout) and SQLAlchemy's compiled cache
 keeps their compiled form. On PostgreSQL the layout (native or goharvest's) is recognised
 from the table's columns once per engine; pass ``layout=`` to skip the look-up.
@@ -21,21 +32,26 @@ from the table's columns once per engine; pass ``layout=`` to skip the look-up.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import weakref
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import sqlalchemy as sa
 
+from pyharvest import tracing
 from pyharvest.bindings.sql.identifiers import TableName, parse_table_name
 from pyharvest.bindings.sql.outbox import GOHARVEST, NATIVE, OutboxTable
-from pyharvest.core.records import OutboxRecord, validate_record
+from pyharvest.core.records import Header, OutboxRecord, validate_record
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
     from sqlalchemy.orm import Session
 
-__all__ = ["BatchStasher", "PreparedStasher", "Stasher", "stash"]
+    AsyncTx = AsyncConnection | AsyncSession | async_scoped_session[Any]
+
+__all__ = ["AsyncPreparedStasher", "BatchStasher", "PreparedStasher", "Stasher", "astash", "stash"]
 
 _lock = threading.Lock()
 # (dialect name, table, layout) → (outbox table, insert statement)
@@ -47,6 +63,9 @@ _layouts: weakref.WeakKeyDictionary[sa.Engine, dict[TableName, str]] = weakref.W
 def _connection(tx: sa.Connection | Session) -> sa.Connection:
     if isinstance(tx, sa.Connection):
         return tx
+    if type(tx).__module__.startswith("sqlalchemy.ext.asyncio"):
+        # Calling an AsyncSession's connection() here would only make a coroutine.
+        raise TypeError(f"{type(tx).__name__} is asynchronous: use astash / Stasher.aprepare")
     connection = getattr(tx, "connection", None)
     if connection is None:
         raise TypeError(f"stash needs a SQLAlchemy Connection or Session, got {type(tx).__name__}")
@@ -54,19 +73,44 @@ def _connection(tx: sa.Connection | Session) -> sa.Connection:
     return conn
 
 
+async def _async_connection(tx: AsyncTx) -> AsyncConnection:
+    # Imported here: the sync stasher must not need greenlet, which SQLAlchemy's asyncio does.
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
+
+    if isinstance(tx, AsyncConnection):
+        return tx
+    if isinstance(tx, AsyncSession | async_scoped_session):
+        return await tx.connection()  # the session's transaction, begun if need be
+    raise TypeError(f"astash needs a SQLAlchemy AsyncConnection or AsyncSession, got {type(tx).__name__}")
+
+
+def _known_layout(engine: sa.Engine, table: TableName) -> str | None:
+    with _lock:
+        return _layouts.get(engine, {}).get(table)
+
+
 def _layout_of(conn: sa.Connection, table: TableName) -> str:
     if conn.dialect.name != "postgresql":
         return NATIVE  # only PostgreSQL has a second layout
-    engine = conn.engine
-    with _lock:
-        known = _layouts.get(engine, {}).get(table)
+    known = _known_layout(conn.engine, table)
     if known is not None:
         return known
     columns = {c["name"] for c in sa.inspect(conn).get_columns(table.name, schema=table.schema)}
     layout = GOHARVEST if "kafka_header_keys" in columns else NATIVE
     with _lock:
-        _layouts.setdefault(engine, {})[table] = layout
+        _layouts.setdefault(conn.engine, {})[table] = layout
     return layout
+
+
+async def _alayout_of(conn: AsyncConnection, table: TableName) -> str:
+    if conn.dialect.name != "postgresql":
+        return NATIVE
+    # The cache is shared with the sync path: an AsyncEngine wraps a sync Engine.
+    known = _known_layout(conn.sync_engine, table)
+    if known is not None:
+        return known
+    # Inspection is synchronous in SQLAlchemy; run_sync runs it on the async driver.
+    return await conn.run_sync(_layout_of, table)
 
 
 def _statement(dialect: str, table: TableName, layout: str) -> tuple[OutboxTable, sa.Insert]:
@@ -80,28 +124,90 @@ def _statement(dialect: str, table: TableName, layout: str) -> tuple[OutboxTable
     return found
 
 
-class PreparedStasher:
-    """Stashes records on one connection with one statement; see :meth:`Stasher.prepare`."""
+def _has_traceparent(headers: Sequence[Header]) -> bool:
+    return any(name.lower() == "traceparent" for name, _ in headers)
 
-    __slots__ = ("_conn", "_encode", "_insert", "outbox")
 
-    def __init__(self, conn: sa.Connection, outbox: OutboxTable, insert: sa.Insert) -> None:
+def _traced(records: list[OutboxRecord]) -> list[OutboxRecord]:
+    """``records`` with the current trace's headers added to those without a ``traceparent``
+    (the caller's explicit choice wins). The trace headers are computed at most once (an
+    inject costs microseconds); records are copied, never changed in place."""
+    extra: list[tuple[str, str]] | None = None
+    out = records
+    for i, r in enumerate(records):
+        if _has_traceparent(r.headers):
+            continue
+        if extra is None:
+            extra = tracing.trace_headers()
+            if not extra:
+                return records  # no OpenTelemetry, or no span: nothing to add
+            out = list(records)
+        out[i] = dataclasses.replace(r, headers=[*r.headers, *extra])
+    return out
+
+
+C = TypeVar("C")
+
+
+class _Prepared(Generic[C]):
+    """What the sync and async prepared stashers share: validation, trace headers and the
+    encoding into statement parameters. Only the execute differs."""
+
+    __slots__ = ("_conn", "_encode", "_insert", "outbox", "propagate_trace")
+
+    def __init__(self, conn: C, outbox: OutboxTable, insert: sa.Insert, propagate_trace: bool = False) -> None:
         self._conn = conn
         self._insert = insert
         self._encode = outbox.encode
         self.outbox = outbox
+        self.propagate_trace = propagate_trace
+
+    def _params(self, record: OutboxRecord) -> dict[str, Any]:
+        record = validate_record(record)
+        if self.propagate_trace:
+            (record,) = _traced([record])
+        return self._encode(record, OutboxTable.now())
+
+    def _params_many(self, records: Iterable[OutboxRecord]) -> list[dict[str, Any]]:
+        now = OutboxTable.now()
+        encode = self._encode
+        if not self.propagate_trace:
+            # The hot path: one pass, every record validated and encoded before any write.
+            return [encode(validate_record(r), now) for r in records]
+        validated = _traced([validate_record(r) for r in records])
+        return [encode(r, now) for r in validated]
+
+
+class PreparedStasher(_Prepared[sa.Connection]):
+    """Stashes records on one connection with one statement; see :meth:`Stasher.prepare`."""
+
+    __slots__ = ()
 
     def stash(self, record: OutboxRecord) -> None:
-        params = self._encode(validate_record(record), OutboxTable.now())
-        self._conn.execute(self._insert, params)
+        self._conn.execute(self._insert, self._params(record))
 
     def stash_many(self, records: Iterable[OutboxRecord]) -> int:
         """Validate all, then insert all in one executemany; return how many."""
-        now = OutboxTable.now()
-        encode = self._encode
-        params = [encode(validate_record(r), now) for r in records]
+        params = self._params_many(records)
         if params:
             self._conn.execute(self._insert, params)
+        return len(params)
+
+
+class AsyncPreparedStasher(_Prepared["AsyncConnection"]):
+    """:class:`PreparedStasher` for an :class:`~sqlalchemy.ext.asyncio.AsyncConnection`;
+    see :meth:`Stasher.aprepare`."""
+
+    __slots__ = ()
+
+    async def stash(self, record: OutboxRecord) -> None:
+        await self._conn.execute(self._insert, self._params(record))
+
+    async def stash_many(self, records: Iterable[OutboxRecord]) -> int:
+        """Validate all, then insert all in one executemany; return how many."""
+        params = self._params_many(records)
+        if params:
+            await self._conn.execute(self._insert, params)
         return len(params)
 
 
@@ -109,23 +215,27 @@ class BatchStasher:
     """Buffers records and writes them with one executemany per ``flush_every`` records and
     on leaving the ``with`` block; see :meth:`Stasher.batch`. One round trip per record
     bounds single-row stashing (a few thousand per second on PostgreSQL); batching does not.
+
+    Each record is validated, given its trace headers and encoded when stashed, so a bad
+    record is refused at once and carries the trace current at its own stash.
     """
 
     __slots__ = ("_buffer", "_flush_every", "_prepared")
 
     def __init__(self, prepared: PreparedStasher, flush_every: int) -> None:
         self._prepared = prepared
-        self._buffer: list[OutboxRecord] = []
+        self._buffer: list[dict[str, Any]] = []
         self._flush_every = flush_every
 
     def stash(self, record: OutboxRecord) -> None:
-        self._buffer.append(validate_record(record))
+        self._buffer.append(self._prepared._params(record))
         if len(self._buffer) >= self._flush_every:
             self.flush()
 
     def flush(self) -> None:
         buffered, self._buffer = self._buffer, []
-        self._prepared.stash_many(buffered)
+        if buffered:
+            self._prepared._conn.execute(self._prepared._insert, buffered)
 
     def __enter__(self) -> BatchStasher:
         return self
@@ -138,23 +248,39 @@ class BatchStasher:
 
 
 class Stasher:
-    """Stashes records into one outbox table; cheap to create, safe to share between threads."""
+    """Stashes records into one outbox table; cheap to create, safe to share between threads
+    and event loops.
 
-    def __init__(self, table: str | TableName = "outbox", *, layout: str | None = None) -> None:
+    ``propagate_trace=True`` adds the current OpenTelemetry trace's ``traceparent`` and
+    ``tracestate`` headers to each record without a ``traceparent`` (after validation; a
+    no-op without OpenTelemetry or outside a span).
+    """
+
+    def __init__(
+        self, table: str | TableName = "outbox", *, layout: str | None = None, propagate_trace: bool = False
+    ) -> None:
         self.table = parse_table_name(table)
         if layout is not None and layout not in (NATIVE, GOHARVEST):
             raise ValueError(f"unknown outbox layout {layout!r}; expected {NATIVE!r} or {GOHARVEST!r}")
         self.layout = layout
+        self.propagate_trace = propagate_trace
 
     def __repr__(self) -> str:
-        return f"Stasher(table={str(self.table)!r}, layout={self.layout!r})"
+        return f"Stasher(table={str(self.table)!r}, layout={self.layout!r}, propagate_trace={self.propagate_trace!r})"
 
     def prepare(self, tx: sa.Connection | Session) -> PreparedStasher:
         """A stasher bound to ``tx``'s connection (and so to its transaction)."""
         conn = _connection(tx)
         layout = self.layout or _layout_of(conn, self.table)
         outbox, insert = _statement(conn.dialect.name, self.table, layout)
-        return PreparedStasher(conn, outbox, insert)
+        return PreparedStasher(conn, outbox, insert, self.propagate_trace)
+
+    async def aprepare(self, tx: AsyncTx) -> AsyncPreparedStasher:
+        """:meth:`prepare` for an ``AsyncConnection`` or ``AsyncSession``."""
+        conn = await _async_connection(tx)
+        layout = self.layout or await _alayout_of(conn, self.table)
+        outbox, insert = _statement(conn.dialect.name, self.table, layout)
+        return AsyncPreparedStasher(conn, outbox, insert, self.propagate_trace)
 
     def batch(self, tx: sa.Connection | Session, flush_every: int = 100) -> BatchStasher:
         """A buffering writer for ``with``: records reach the database in batches, all of
@@ -175,13 +301,34 @@ class Stasher:
     def stash_many(self, tx: sa.Connection | Session, records: Iterable[OutboxRecord]) -> int:
         return self.prepare(tx).stash_many(records)
 
+    async def astash(self, tx: AsyncTx, record: OutboxRecord) -> None:
+        validate_record(record)  # before touching the connection (or beginning a session's transaction)
+        await (await self.aprepare(tx)).stash(record)
 
-_default_stashers: dict[str, Stasher] = {}
+    async def astash_many(self, tx: AsyncTx, records: Iterable[OutboxRecord]) -> int:
+        return await (await self.aprepare(tx)).stash_many(records)
 
 
-def stash(tx: sa.Connection | Session, record: OutboxRecord, table: str = "outbox") -> None:
-    """Write ``record`` into ``table`` within ``tx``'s transaction."""
-    stasher = _default_stashers.get(table)
+# One shared Stasher per (table, propagate_trace) for the module-level functions.
+_default_stashers: dict[tuple[str, bool], Stasher] = {}
+
+
+def _default_stasher(table: str, propagate_trace: bool) -> Stasher:
+    key = (table, propagate_trace)
+    stasher = _default_stashers.get(key)
     if stasher is None:
-        stasher = _default_stashers[table] = Stasher(table)
-    stasher.stash(tx, record)
+        stasher = _default_stashers[key] = Stasher(table, propagate_trace=propagate_trace)
+    return stasher
+
+
+def stash(
+    tx: sa.Connection | Session, record: OutboxRecord, table: str = "outbox", *, propagate_trace: bool = False
+) -> None:
+    """Write ``record`` into ``table`` within ``tx``'s transaction."""
+    _default_stasher(table, propagate_trace).stash(tx, record)
+
+
+async def astash(tx: AsyncTx, record: OutboxRecord, table: str = "outbox", *, propagate_trace: bool = False) -> None:
+    """Write ``record`` into ``table`` within the transaction of ``tx``, an ``AsyncConnection``
+    or ``AsyncSession``."""
+    await _default_stasher(table, propagate_trace).astash(tx, record)
