@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 from pyharvest.core.binding import DatabaseBinding, QuarantineBinding, QuarantineEntry
 from pyharvest.core.config import Config, mask_data_source, mask_kafka_config
@@ -91,7 +91,7 @@ class Health:
 class _Flight:
     """One dispatched record; called once with its delivery outcome."""
 
-    __slots__ = ("record", "error", "_sink")
+    __slots__ = ("_sink", "error", "record")
 
     def __init__(self, record: OutboxRecord, sink: Callable[[_Flight], None]) -> None:
         self.record = record
@@ -125,8 +125,10 @@ class Harvest:
         self._binding: DatabaseBinding | None = None
         self._kafka = kafka
         limits = self.config.limits
-        self._max_in_flight: int = limits.max_in_flight_records  # type: ignore[assignment]
-        self._mark_size: int = min(limits.mark_query_records, self._max_in_flight)  # type: ignore[type-var]
+        max_in_flight, mark_size = limits.max_in_flight_records, limits.mark_query_records
+        assert max_in_flight is not None and mark_size is not None  # resolve() fills in every default
+        self._max_in_flight: int = max_in_flight
+        self._mark_size: int = min(mark_size, max_in_flight)
         # Marking waits until this much of the window is free: many tiny marks under load would
         # cost a statement each for a handful of records.
         self._mark_threshold = max(1, min(self._mark_size, self._max_in_flight // 2))
@@ -332,14 +334,16 @@ class Harvest:
             # stops now; in-flight records are then given their delivery timeout.
             with self._lock:
                 self._leading = False
+                self._leader_id = None
             self._emit(LeaderFenced())
             self._quiesce("leadership fenced")
-            self._leader_id = None
         else:
             # A revocation waits for in-flight records before the handler runs: the next
             # leader is not elected until this callback returns.
+            with self._lock:
+                self._leading = False
+                self._leader_id = None
             self._quiesce(f"leadership {status.value}")
-            self._leader_id = None
             self._emit(LeaderRevoked())
 
     # ------------------------------------------------------------------ main loop
@@ -378,7 +382,8 @@ class Harvest:
         free = self._max_in_flight - self._in_flight - self._parked_count
         if free < self._mark_threshold:
             with self._lock:
-                if self._max_in_flight - self._in_flight - self._parked_count < self._mark_threshold and not self._force_remark:
+                free = self._max_in_flight - self._in_flight - self._parked_count
+                if free < self._mark_threshold and not self._force_remark:
                     self._lock.wait(max(self._neli.poll_due(), 0.001))
             return
         leader_id = self._leader_id
@@ -504,7 +509,9 @@ class Harvest:
                     break
                 self._lock.wait(0.1)
         if self._in_flight:
-            log.warning("%d records still in flight after %s; the next leader will remark them", self._in_flight, reason)
+            log.warning(
+                "%d records still in flight after %s; the next leader will remark them", self._in_flight, reason
+            )
         else:
             log.debug("quiesced for %s in %.3fs", reason, time.monotonic() - waited_from)
 
@@ -547,7 +554,8 @@ class Harvest:
         pop = deliveries.popleft
         while deliveries:
             batch.append(pop())
-        acked = [f.record.id for f in batch if f.error is None]
+        # Every dispatched record was read back from the outbox, so it has its id.
+        acked = cast("list[int]", [f.record.id for f in batch if f.error is None])
         failed = [f for f in batch if f.error is not None]
         to_reset: list[_Flight] = []
         to_quarantine: list[QuarantineEntry] = []
@@ -586,7 +594,8 @@ class Harvest:
             for f in to_reset:
                 by_leader.setdefault(f.record.leader_id, []).append(f.record.id)
             for leader_id, ids in by_leader.items():
-                reset = self._with_retry("reset", lambda i, lid=leader_id: binding.reset(i, lid), ids)
+                # B023 does not apply: the lambda runs within this iteration, seeing this iteration's leader_id.
+                reset = self._with_retry("reset", lambda i: binding.reset(i, leader_id), ids)  # noqa: B023
                 if reset is not None:
                     self.metrics.reset_statements += 1
                     self.metrics.records_reset += reset
@@ -672,7 +681,9 @@ class Harvest:
                     log.error("giving up on %s of %d records at shutdown: %s", what, len(ids), _one_line(e))
                     return None
                 if attempt == 1 or attempt % 20 == 0:
-                    log.warning("%s of %d records failed (attempt %d), retrying: %s", what, len(ids), attempt, _one_line(e))
+                    log.warning(
+                        "%s of %d records failed (attempt %d), retrying: %s", what, len(ids), attempt, _one_line(e)
+                    )
                 time.sleep(backoff)
 
     # ------------------------------------------------------------------ shutdown
