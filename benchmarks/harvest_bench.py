@@ -17,7 +17,9 @@ import json
 import os
 import random
 import resource
+import shutil
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -222,97 +224,121 @@ def run_drain(args: argparse.Namespace, bootstrap: str, result: Result) -> None:
     drop(args.database, table)
 
 
-def run_steady(args: argparse.Namespace, bootstrap: str, result: Result) -> None:
-    """Writers stash at an offered rate while the harvester runs; latency is commit -> read by
-    a consumer (an upper bound of commit -> ack)."""
+def _steady_writer(database: str, table: str, topic: str, writer: int, writers: int, rate: float,
+                   duration: float, keys: int, out: str) -> None:
+    """One writer process: stash at ``rate / writers`` records/s for ``duration`` seconds,
+    committing every 50 records; write the (key, value) pairs it committed to ``out``."""
     import sqlalchemy as sa
-    from confluent_kafka import Consumer, TopicPartition
 
     from pyharvest import OutboxRecord, stasher
+
+    engine = sa.create_engine(database)
+    per_writer, batch, n = rate / writers, 50, 0
+    st = stasher.Stasher(table)
+    started = time.monotonic()
+    deadline = started + duration
+    with open(out, "w") as f, engine.connect() as conn:
+        while time.monotonic() < deadline:
+            rows = []
+            for _ in range(batch):
+                rows.append((f"key-{writer}-{n % (keys // writers)}", f"{writer}:{n}".encode()))
+                n += 1
+            with conn.begin():
+                ts = repr(time.time())  # stamped just before commit
+                st.prepare(conn).stash_many(OutboxRecord(topic, k, v, headers=[("ts", ts)]) for k, v in rows)
+            f.writelines(f"{k}\t{v.decode()}\n" for k, v in rows)
+            ahead = n / per_writer - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+    engine.dispose()
+
+
+def _steady_reader(bootstrap: str, topic: str, expect_file: str, out: str, timeout: float) -> None:
+    """Read the topic as it fills; write each message's commit -> read latency to ``out``."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                         "fetch.wait.max.ms": 10})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(10)])
+    latencies: list[float] = []
+    deadline = time.monotonic() + timeout
+    target = None
+    while time.monotonic() < deadline:
+        for m in consumer.consume(1000, 0.1):
+            if m.error() is None:
+                latencies.append(time.time() - float(dict(m.headers())["ts"]))
+        if target is None and os.path.exists(expect_file):
+            target = int(Path(expect_file).read_text())
+        if target is not None and len(latencies) >= target:
+            break
+    consumer.close()
+    Path(out).write_text(json.dumps(latencies))
+
+
+def run_steady(args: argparse.Namespace, bootstrap: str, result: Result) -> None:
+    """Writer processes stash at an offered rate while the harvester runs; a reader process
+    measures commit -> read latency (an upper bound of commit -> ack). Only the harvester runs
+    in this process, so its CPU time and memory are its own, as they would be beside a service."""
+    import multiprocessing as mp
+
     from pyharvest.bindings.sql import create_outbox_table
     from tests_support import create_topic  # type: ignore[import-not-found]
 
     table, topic = f"bench_{uuid.uuid4().hex[:8]}", f"bench-{uuid.uuid4().hex[:8]}"
     create_outbox_table(args.database, table)
     create_topic(bootstrap, topic, 10)
-    rate, duration, writers = args.rate, args.duration, 4
-    expected: list[tuple[str, bytes]] = []
-    lock = threading.Lock()
-    latencies: list[float] = []
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
-                         "fetch.wait.max.ms": 10})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(10)])
-    stop_reading = threading.Event()
-    received = [0]
-
-    def reader() -> None:
-        while not stop_reading.is_set():
-            for m in consumer.consume(1000, 0.1):
-                if m.error() is None:
-                    sent = float(dict(m.headers())["ts"])
-                    latencies.append(time.time() - sent)
-                    received[0] += 1
-
-    engine = sa.create_engine(args.database, pool_size=writers)
+    writers = 4
+    work = Path(tempfile.mkdtemp(prefix="pyharvest-bench-"))
+    ctx = mp.get_context("spawn")
+    rss = RssSampler()
     h = harvester(args.database, table, bootstrap)
     h.start()
     while not h.is_leader:
         time.sleep(0.01)
-    threading.Thread(target=reader, daemon=True).start()
-    per_writer = rate / writers
-    batch = 50
-    deadline = time.monotonic() + duration
     counter = StatementCounter(h.binding.engine)  # type: ignore[union-attr]
-
-    def writer(w: int) -> None:
-        n, started = 0, time.monotonic()
-        while time.monotonic() < deadline:
-            with engine.begin() as tx:
-                prepared = stasher.Stasher(table).prepare(tx)
-                rows = []
-                for _ in range(batch):
-                    key = f"key-{w}-{n % (result.keys // writers)}"
-                    value = f"{w}:{n}".encode()
-                    rows.append((key, value))
-                    n += 1
-                ts = time.time()  # stamped just before commit
-                prepared.stash_many(OutboxRecord(topic, k, v, headers=[("ts", repr(ts))]) for k, v in rows)
-            with lock:
-                expected.extend(rows)
-            ahead = n / per_writer - (time.monotonic() - started)
-            if ahead > 0:
-                time.sleep(ahead)
-
-    cpu0 = time.process_time()
     counter.enabled = True
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+    reader = ctx.Process(target=_steady_reader, args=(bootstrap, topic, str(work / "count"), str(work / "lat.json"),
+                                                      args.duration + 120))
+    reader.start()
+    procs = [ctx.Process(target=_steady_writer, args=(args.database, table, topic, w, writers, args.rate,
+                                                      args.duration, result.keys, str(work / f"w{w}.tsv")))
+             for w in range(writers)]
+    cpu0 = time.process_time()
     started = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
     offered_seconds = time.monotonic() - started
-    while received[0] < len(expected) and time.monotonic() < deadline + 60:
-        time.sleep(0.05)
+    expected: list[tuple[str, bytes]] = []
+    for w in range(writers):
+        for line in (work / f"w{w}.tsv").read_text().splitlines():
+            k, v = line.split("\t")
+            expected.append((k, v.encode()))
+    (work / "count").write_text(str(len(expected)))
+    while h.metrics.records_purged < len(expected) and time.monotonic() - started < args.duration + 120:
+        time.sleep(0.005)
+    drained_seconds = time.monotonic() - started  # first commit -> last purge
+    reader.join(args.duration + 150)
     counter.enabled = False
     result.cpu_seconds = time.process_time() - cpu0
-    stop_reading.set()
     h.stop()
     h.join(60)
-    consumer.close()
-    engine.dispose()
+    result.peak_rss_mib = rss.stop()
     result.records = len(expected)
     result.seconds = offered_seconds
     result.offered_per_second = len(expected) / offered_seconds
-    result.records_per_second = h.metrics.records_purged / max(offered_seconds, 1e-9)
+    # Achieved: what was harvested over the time it took, from the first commit to the last
+    # purge. A harvester that keeps up finishes just after the writers do.
+    result.records_per_second = h.metrics.records_purged / drained_seconds
     result.statements_per_1000 = counter.count * 1000 / max(1, len(expected))
-    result.peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    lat = sorted(latencies)
+    lat = sorted(json.loads((work / "lat.json").read_text()))
     if lat:
         result.latency_ms_p50 = lat[len(lat) // 2] * 1000
         result.latency_ms_p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000
         result.latency_ms_max = lat[-1] * 1000
     verify(bootstrap, topic, expected, result)
+    shutil.rmtree(work, ignore_errors=True)
     drop(args.database, table)
 
 
