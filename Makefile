@@ -21,7 +21,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	bash .ci/services
 	rm -rf .tox/junit
-	$(VENV)/bin/tox run -e core,sqlite,postgres,postgres-psycopg2,mysql,mssql,oracle -- $(ARGS)
+	$(VENV)/bin/tox run -e lint,docs,core,sqlite,postgres,postgres-psycopg2,mysql,mssql,oracle -- $(ARGS)
 	$(VENV)/bin/python .ci/summarize.py .tox/junit
 
 clean:

@@ -253,12 +253,13 @@ class Config:
             if attr == "limits":
                 c.limits = Limits.from_mapping(value, f"{prefix}.limits")
             elif value is not None:
-                if attr in ("base_kafka_config", "producer_kafka_config") and not isinstance(value, Mapping):
+                kafka_properties = attr in ("base_kafka_config", "producer_kafka_config")
+                if kafka_properties and not isinstance(value, Mapping):
                     raise ConfigError(f"{prefix}.{key}", f"expected a mapping of Kafka properties, got {value!r}")
                 if attr == "identity_headers":
                     if not isinstance(value, bool):
                         raise ConfigError(f"{prefix}.{key}", f"expected true or false, got {value!r}")
-                elif attr not in ("base_kafka_config", "producer_kafka_config", "limits") and not isinstance(value, str):
+                elif not kafka_properties and not isinstance(value, str):
                     raise ConfigError(f"{prefix}.{key}", f"expected a string, got {value!r}")
                 setattr(c, attr, dict(value) if isinstance(value, Mapping) else value)
         return c
@@ -311,9 +312,8 @@ class LoggingConfig:
         for key, value in data.items():
             if key == "level":
                 if not isinstance(value, str) or value.lower() not in _LOG_LEVELS:
-                    raise ConfigError(
-                        "logging.level", f"expected one of {', '.join(k.capitalize() for k in _LOG_LEVELS)}, got {value!r}"
-                    )
+                    levels = ", ".join(k.capitalize() for k in _LOG_LEVELS)
+                    raise ConfigError("logging.level", f"expected one of {levels}, got {value!r}")
                 out.level = value
             elif key == "json":
                 if not isinstance(value, bool):

@@ -16,8 +16,8 @@ __all__ = [
     "KafkaClients",
     "KafkaConfigMap",
     "LeaderConsumer",
-    "Producer",
     "ProduceError",
+    "Producer",
     "TopicError",
 ]
 

@@ -24,7 +24,7 @@ from pyharvest.bindings.sql.outbox import KEY_LENGTH, OutboxTable
 from pyharvest.plugins import hookimpl
 
 NAME = "mssql"
-_preparer = mssql.dialect().identifier_preparer
+_preparer = mssql.dialect().identifier_preparer  # type: ignore[no-untyped-call]  # SQLAlchemy's dialect __init__ is unannotated
 
 
 def mark_sql(table: OutboxTable, limit: int) -> str:
@@ -42,10 +42,10 @@ class MssqlMark:
         self.table = table
         self._cache = _PerLimitCache()
 
-    def statement(self, limit: int) -> sa.TextClause:
+    def statement(self, limit: int) -> sa.TextualSelect:
         return self._cache.get(limit, self._build)  # type: ignore[no-any-return]
 
-    def _build(self, limit: int) -> sa.TextClause:
+    def _build(self, limit: int) -> sa.TextualSelect:
         # Typed columns give the result the layout's conversions (UTC timestamps, bytes).
         return (
             sa.text(mark_sql(self.table, limit))

@@ -26,7 +26,7 @@ from pyharvest.bindings.sql.outbox import KEY_LENGTH, OutboxTable
 from pyharvest.plugins import hookimpl
 
 NAME = "oracle"
-_preparer = oracle.dialect().identifier_preparer
+_preparer = oracle.dialect().identifier_preparer  # type: ignore[no-untyped-call]  # SQLAlchemy's dialect __init__ is unannotated
 
 
 def mark_sql(table: OutboxTable, limit: int) -> str:
@@ -41,15 +41,17 @@ def mark_sql(table: OutboxTable, limit: int) -> str:
 class OracleMark:
     def __init__(self, table: OutboxTable) -> None:
         self.table = table
-        ids = sa.bindparam("ids", expanding=True)
+        ids: sa.BindParameter[Any] = sa.bindparam("ids", expanding=True)
         self._read_back = sa.select(*table.columns).where(table.id.in_(ids))
 
     def mark(self, connection: sa.Connection, leader_id: str, limit: int) -> Sequence[Sequence[Any]]:
         with connection.begin():
-            cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            dbapi_connection = connection.connection.dbapi_connection
+            assert dbapi_connection is not None  # checked out of the pool: connected
+            cursor = dbapi_connection.cursor()
             try:
                 ids_var = cursor.var(int, arraysize=limit)
-                cursor.execute(mark_sql(self.table, limit), leader_id=leader_id, ids=ids_var)
+                cursor.execute(mark_sql(self.table, limit), {"leader_id": leader_id, "ids": ids_var})
                 ids = [i for i in (ids_var.getvalue() or []) if i is not None]
             finally:
                 cursor.close()

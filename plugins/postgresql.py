@@ -3,10 +3,11 @@
 Mark: one ``UPDATE … WHERE id IN (SELECT id … ORDER BY id LIMIT n FOR UPDATE) RETURNING …``.
 Harvests both the native layout and goharvest's own table (``TEXT[]`` headers, ``UUID``
 leader id), recognised from the columns. Accepts goharvest's libpq ``key=value`` data
-sources. The outer update matches ``id = ANY(ARRAY(SELECT …))`` so that it, too, probes the primary
-key rather than hash-joining a full scan. Server-side prepared statements are off (``prepare_threshold=None``) and the mark's
-``LIMIT`` is a literal, so the planner always sees the real limit and walks the primary key
-instead of settling on a generic plan that scans and sorts the table.
+sources. The outer update matches ``id = ANY(ARRAY(SELECT …))`` so that it, too, probes the
+primary key rather than hash-joining a full scan. Server-side prepared statements are off
+(``prepare_threshold=None``) and the mark's ``LIMIT`` is a literal, so the planner always sees
+the real limit and walks the primary key instead of settling on a generic plan that scans and
+sorts the table.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pyharvest.bindings.sql.urls import libpq_to_url
 from pyharvest.plugins import hookimpl
 
 NAME = "postgresql"
-_preparer = postgresql.dialect().identifier_preparer
+_preparer = postgresql.dialect().identifier_preparer  # type: ignore[no-untyped-call]  # SQLAlchemy's dialect __init__ is unannotated
 
 
 @hookimpl

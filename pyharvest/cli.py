@@ -164,9 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _register_extras(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from pyharvest.commands.quarantine import register as register_quarantine
+def _register_extras(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from pyharvest.commands.inbox import register as register_inbox
+    from pyharvest.commands.quarantine import register as register_quarantine
     from pyharvest.commands.verify import register as register_verify
     from pyharvest.demo import register as register_demo
 
@@ -177,13 +177,13 @@ def _register_extras(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
 
 
 # Sub-commands that live in their own modules.
-_extra_commands: list[Callable[[argparse._SubParsersAction], None]] = [_register_extras]  # type: ignore[type-arg]
+_extra_commands: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [_register_extras]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    commands = {name for a in parser._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices}
     if argv and argv[0] not in commands and argv[0] not in ("-h", "--help"):
         argv.insert(0, "run")  # goharvest's form: 'reaper -f reaper.yaml'
     try:

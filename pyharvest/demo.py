@@ -16,8 +16,12 @@ import tempfile
 import threading
 import time
 import uuid
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 __all__ = ["DemoResult", "register", "run_demo"]
 
@@ -42,7 +46,7 @@ class DemoResult:
         return self.records / self.harvest_seconds if self.harvest_seconds > 0 else 0.0
 
 
-def _progress(label: str, done: int, total: int, extra: str = "", stream=sys.stderr) -> None:  # noqa: ANN001
+def _progress(label: str, done: int, total: int, extra: str = "", stream: TextIO = sys.stderr) -> None:
     width = 30
     filled = int(width * done / total) if total else width
     stream.write(f"\r{label:<10} [{'#' * filled}{'.' * (width - filled)}] {done:>8}/{total} {extra}   ")
@@ -85,7 +89,8 @@ def run_demo(
         stack.callback(engine.dispose)
         stack.callback(_drop_table, engine, table)
 
-        from confluent_kafka.admin import AdminClient, NewTopic
+        # NewTopic's documented import path; confluent_kafka.admin re-exports it without listing it in an __all__.
+        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
         admin = AdminClient({"bootstrap.servers": bootstrap_servers})
         admin.create_topics([NewTopic(topic, 4)])[topic].result(15)
@@ -175,17 +180,14 @@ def run_demo(
         )
 
 
-def _drop_table(engine, table: str) -> None:  # noqa: ANN001
+def _drop_table(engine: sa.Engine, table: str) -> None:
     import sqlalchemy as sa
 
-    try:
-        with engine.begin() as c:
-            c.execute(sa.text(f"DROP TABLE {engine.dialect.identifier_preparer.quote(table)}"))
-    except Exception:  # noqa: BLE001 - best effort clean-up of a demo table
-        pass
+    with suppress(Exception), engine.begin() as c:  # best effort clean-up of a demo table
+        c.execute(sa.text(f"DROP TABLE {engine.dialect.identifier_preparer.quote(table)}"))
 
 
-def print_summary(result: DemoResult, stream=sys.stdout) -> None:  # noqa: ANN001
+def print_summary(result: DemoResult, stream: TextIO = sys.stdout) -> None:
     rows = [
         ("records stashed", f"{result.records}"),
         ("keys", f"{result.keys}"),
@@ -216,7 +218,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
-def register(sub) -> None:  # noqa: ANN001
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("demo", help="stash, harvest and verify a sample workload on the embedded default")
     p.add_argument("--records", type=int, default=20_000, help="records to stash (default 20000)")
     p.add_argument("--keys", type=int, default=200, help="distinct keys (default 200)")

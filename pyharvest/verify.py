@@ -21,6 +21,7 @@ topic back with confluent-kafka and verifies it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -180,10 +181,8 @@ def _first(items: Iterable[Any], n: int) -> list[Any]:
 
 def _short(x: object, limit: int = 40) -> str:
     if isinstance(x, bytes):
-        try:
+        with contextlib.suppress(UnicodeDecodeError):
             x = x.decode()
-        except UnicodeDecodeError:
-            pass
     s = x if isinstance(x, str) else repr(x)
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
@@ -317,6 +316,8 @@ def verify(
     """
     states: dict[Key, _KeyState] = {}
     expected_count = 0
+    key: Key
+    ident: Identity
     for item in expected:
         if isinstance(item, OutboxRecord):
             key, ident = item.key, _record_identity(item, identity)

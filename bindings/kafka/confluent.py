@@ -6,9 +6,12 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import TypedDict
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+
+# NewTopic's documented import path; confluent_kafka.admin re-exports it without listing it in an __all__.
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from pyharvest.core.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap, ProduceError, TopicError
 
@@ -42,7 +45,9 @@ _POISON_CODES = frozenset(
 # A producer that got one of these will fail every later message too.
 _FATAL_CODES = frozenset(
     code
-    for code in (getattr(KafkaError, n, None) for n in ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FATAL", "_FENCED"))
+    for code in (
+        getattr(KafkaError, n, None) for n in ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FATAL", "_FENCED")
+    )
     if code is not None
 )
 
@@ -59,6 +64,16 @@ def delivery_error(err: KafkaError) -> DeliveryError:
 def _client_config(config: KafkaConfigMap) -> dict[str, object]:
     # librdkafka logs through stderr by default; route its logs into Python logging instead.
     return {**config, "logger": logging.getLogger("pyharvest.librdkafka")}
+
+
+class _ProduceArgs(TypedDict, total=False):
+    """Keyword arguments of ``Producer.produce`` (headers and partition only when given)."""
+
+    key: str
+    value: bytes | str | None
+    on_delivery: Callable[[KafkaError | None, object], None]
+    headers: list[tuple[str, str | bytes | None]]
+    partition: int
 
 
 class ConfluentProducer:
@@ -80,7 +95,7 @@ class ConfluentProducer:
         def delivered(err: KafkaError | None, _msg: object) -> None:
             on_delivery(None if err is None else delivery_error(err))
 
-        kwargs: dict[str, object] = {"key": key, "value": value, "on_delivery": delivered}
+        kwargs: _ProduceArgs = {"key": key, "value": value, "on_delivery": delivered}
         if headers:
             kwargs["headers"] = list(headers)
         if partition is not None:
@@ -179,7 +194,8 @@ class ConfluentClients:
         servers = config.get("bootstrap.servers")
         admin_cfg = {k: v for k, v in config.items() if not k.startswith(("group.", "enable.auto", "auto.offset"))}
         try:
-            admin = AdminClient(_client_config(admin_cfg))
+            # The stub admits only scalar values; librdkafka's Python clients also take a `logger`.
+            admin = AdminClient(_client_config(admin_cfg))  # type: ignore[arg-type]
             metadata = admin.list_topics(timeout=timeout)
         except KafkaException as e:
             raise TopicError(

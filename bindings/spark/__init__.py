@@ -15,9 +15,11 @@ try:
     import pyarrow  # noqa: F401
     import pyspark  # noqa: F401
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError(f"pyharvest.bindings.spark needs PySpark 4 and pyarrow: pip install 'pyharvest[spark]' ({e})") from e
+    raise ImportError(
+        f"pyharvest.bindings.spark needs PySpark 4 and pyarrow: pip install 'pyharvest[spark]' ({e})"
+    ) from e
 
-from pyharvest.bindings.spark.exactly_once import RECORD_ID_HEADER, OUTBOX_HEADER, ExactlyOnceSink
+from pyharvest.bindings.spark.exactly_once import OUTBOX_HEADER, RECORD_ID_HEADER, ExactlyOnceSink
 from pyharvest.bindings.spark.kafka_source import KafkaDataSource
 from pyharvest.bindings.spark.outbox_writer import OutboxDataSource, StagedPartition, WriteJobError
 from pyharvest.bindings.spark.registration import register

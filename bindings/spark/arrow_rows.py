@@ -73,7 +73,9 @@ def _as_string(col: pa.ChunkedArray | pa.Array) -> pa.Array | pa.ChunkedArray:
         try:
             return pc.cast(col, pa.large_string() if pa.types.is_large_binary(t) else pa.string())
         except pa.ArrowInvalid:
-            raise InvalidRecordError("record keys must be UTF-8 text; a binary key column holds invalid UTF-8") from None
+            raise InvalidRecordError(
+                "record keys must be UTF-8 text; a binary key column holds invalid UTF-8"
+            ) from None
     return pc.cast(col, pa.string())
 
 
@@ -86,14 +88,18 @@ def _check_topics(col: pa.Array, where: str) -> None:
 
 def _check_keys(col: pa.Array, where: str) -> None:
     if col.null_count:
-        raise InvalidRecordError(f"{where}: {col.null_count} row(s) have a null key; the harvester orders records per key")
+        raise InvalidRecordError(
+            f"{where}: {col.null_count} row(s) have a null key; the harvester orders records per key"
+        )
     if len(col):
         lengths = pc.utf8_length(col)
         shortest, longest = pc.min_max(lengths).values()
         if shortest.as_py() == 0:
             raise InvalidRecordError(f"{where}: a row has an empty key; the harvester orders records per key")
         if longest.as_py() > KEY_LENGTH:
-            raise InvalidRecordError(f"{where}: a key is {longest.as_py()} characters long; the outbox holds at most {KEY_LENGTH}")
+            raise InvalidRecordError(
+                f"{where}: a key is {longest.as_py()} characters long; the outbox holds at most {KEY_LENGTH}"
+            )
 
 
 def _header_pairs(entry: Any) -> list[Header]:
@@ -101,7 +107,9 @@ def _header_pairs(entry: Any) -> list[Header]:
     pairs = [(e["key"], e["value"]) if isinstance(e, dict) else (e[0], e[1]) for e in entry]
     for k, v in pairs:
         if not isinstance(k, str) or not k or not isinstance(v, str | bytes):
-            raise InvalidRecordError("a header has a null or empty key or a null value; headers need a key and a str or bytes value")
+            raise InvalidRecordError(
+                "a header has a null or empty key or a null value; headers need a key and a str or bytes value"
+            )
     return pairs
 
 
@@ -123,7 +131,8 @@ def outbox_payload(batch: pa.RecordBatch, cols: OutboxColumns, where: str) -> tu
 
 
 def row_dicts(batch: pa.RecordBatch) -> list[dict[str, Any]]:
-    return batch.to_pylist()
+    rows: list[dict[str, Any]] = batch.to_pylist()
+    return rows
 
 
 def _json_default(v: Any) -> Any:
@@ -146,7 +155,8 @@ def _record_tuple(item: OutboxRecord | tuple[Any, ...]) -> tuple[Any, ...]:
         r = OutboxRecord(*item)
     else:
         raise InvalidRecordError(
-            f"an events function returned {type(item).__name__}; expected OutboxRecord or (topic, key, value[, headers])"
+            f"an events function returned {type(item).__name__}; "
+            "expected OutboxRecord or (topic, key, value[, headers])"
         )
     validate_record(r)
     if len(r.key) > KEY_LENGTH:
@@ -173,10 +183,12 @@ def derive_events(rows: Sequence[Mapping[str, Any]], batch: pa.RecordBatch,
         if isinstance(produced, OutboxRecord):
             produced = (produced,)
         out.extend(_record_tuple(item) for item in produced)
-    return tuple(zip(*out)) if out else ((), (), (), ())
+    return tuple(zip(*out, strict=True)) if out else ((), (), (), ())
 
 
 def require_columns(schema_names: Sequence[str], needed: Iterable[str], what: str) -> None:
     missing = [c for c in needed if c not in schema_names]
     if missing:
-        raise ConfigError(what, f"the DataFrame lacks column(s) {', '.join(missing)}; it has: {', '.join(schema_names)}")
+        raise ConfigError(
+            what, f"the DataFrame lacks column(s) {', '.join(missing)}; it has: {', '.join(schema_names)}"
+        )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
@@ -33,8 +33,8 @@ class Database:
     sessions.
     """
 
-    _cache: dict[tuple[str, str | None], Database] = {}
-    _lock = threading.Lock()
+    _cache: ClassVar[dict[tuple[str, str | None], Database]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, url: str, binding: str | None = None) -> None:
         sa_url, plugin = resolve(url, binding)
@@ -82,12 +82,13 @@ def bulk_insert(conn: sa.Connection, table_sql: str, columns: Sequence[str], row
     dialect = conn.dialect
     cols = ", ".join(dialect.identifier_preparer.quote(c) for c in columns)
     raw = conn.connection.driver_connection
+    assert raw is not None, "a connection checked out of its pool has a DBAPI connection"
     n = 0
     if dialect.name == "postgresql" and dialect.driver == "psycopg":
         binary = pg_types is not None
         sql = f"COPY {table_sql} ({cols}) FROM STDIN" + (" (FORMAT BINARY)" if binary else "")
         with raw.cursor() as cur, cur.copy(sql) as copy:
-            if binary:
+            if pg_types is not None:
                 copy.set_types(list(pg_types))
             write = copy.write_row
             for row in rows:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -138,13 +138,17 @@ class ExactlyOnceSink:
             return self.query_id
         qid = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
         if not qid:
-            raise ConfigError("query_id", "cannot tell the streaming query's id here; pass ExactlyOnceSink(query_id=...)")
+            raise ConfigError(
+                "query_id", "cannot tell the streaming query's id here; pass ExactlyOnceSink(query_id=...)"
+            )
         return str(qid)
 
     def __call__(self, df: Any, batch_id: int) -> None:
         db = self._database()
         query_id = self._resolve_query_id(df)
-        done = sa.select(sa.literal(1)).where(self._batches.c.query_id == query_id, self._batches.c.batch_id == batch_id)
+        done = sa.select(sa.literal(1)).where(
+            self._batches.c.query_id == query_id, self._batches.c.batch_id == batch_id
+        )
         with db.engine.connect() as conn:
             if conn.execute(done).first() is not None:
                 self.skipped_batches += 1
@@ -154,15 +158,16 @@ class ExactlyOnceSink:
             missing = [c for c in ("topic", "partition", "offset", "headers") if c not in df.columns]
             if missing:
                 raise ConfigError(
-                    "dedupe", f"needs the Kafka columns topic, partition, offset, headers (missing {', '.join(missing)}); "
-                    "keep them in the batch or pass dedupe=False"
+                    "dedupe",
+                    f"needs the Kafka columns topic, partition, offset, headers (missing {', '.join(missing)}); "
+                    "keep them in the batch or pass dedupe=False",
                 )
             df = df.selectExpr("*", f"{_identity_sql()} AS {IDENTITY_COLUMN}")
         if self.columns:
             # Only what apply needs crosses to the driver (nested headers are costly to collect).
             df = df.select(*self.columns, *([IDENTITY_COLUMN] if self.dedupe else []))
         batch = df.toArrow()
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         with db.engine.begin() as conn:
             # First, so that a concurrent duplicate run of this batch fails on the key instead of applying twice.
             conn.execute(sa.insert(self._batches), {"query_id": query_id, "batch_id": batch_id, "applied_at": now})
@@ -198,13 +203,15 @@ class ExactlyOnceSink:
     def _remember_pg(self, conn: sa.Connection, identities: list[str], now: datetime) -> set[str]:
         """Insert the identities not remembered yet and return them: one COPY into a temporary
         table and one INSERT … ON CONFLICT DO NOTHING RETURNING (no separate look-up)."""
-        conn.exec_driver_sql("CREATE TEMPORARY TABLE IF NOT EXISTS pyharvest_batch_ids (identity text) ON COMMIT DELETE ROWS")
+        conn.exec_driver_sql(
+            "CREATE TEMPORARY TABLE IF NOT EXISTS pyharvest_batch_ids (identity text) ON COMMIT DELETE ROWS"
+        )
         bulk_insert(conn, "pyharvest_batch_ids", ["identity"], ((i,) for i in identities), ["text"])
         seen = _quoted(conn, self._seen)
         params = {"sink": self.name, "now": now}
         inserted = conn.exec_driver_sql(
-            f"INSERT INTO {seen} (sink, identity, applied_at) SELECT %(sink)s, identity, %(now)s FROM pyharvest_batch_ids "
-            "ON CONFLICT DO NOTHING",
+            f"INSERT INTO {seen} (sink, identity, applied_at) "
+            "SELECT %(sink)s, identity, %(now)s FROM pyharvest_batch_ids ON CONFLICT DO NOTHING",
             params,
         ).rowcount
         if inserted == len(identities):  # the common case: nothing seen before, nothing to fetch
@@ -228,7 +235,9 @@ class ExactlyOnceSink:
                 t.c.sink == self.name, t.c.identity == sa.any_(sa.bindparam("ids", type_=ARRAY(sa.String)))
             )
             return set(conn.execute(stmt, {"ids": list(identities)}).scalars())
-        stmt = sa.select(t.c.identity).where(t.c.sink == self.name, t.c.identity.in_(sa.bindparam("ids", expanding=True)))
+        stmt = sa.select(t.c.identity).where(
+            t.c.sink == self.name, t.c.identity.in_(sa.bindparam("ids", expanding=True))
+        )
         found: set[str] = set()
         items = list(identities)
         for i in range(0, len(items), _LOOKUP_CHUNK):

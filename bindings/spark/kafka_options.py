@@ -12,7 +12,9 @@ from pyharvest.core.errors import ConfigError
 __all__ = ["KafkaOptions", "parse_kafka_options"]
 
 # Option names arrive lower-cased (Spark's options are case-insensitive).
-_OWN = frozenset({"bootstrap.servers", "topics", "subscribe", "startingoffsets", "maxoffsetspertrigger", "fetchtimeout"})
+_OWN = frozenset(
+    {"bootstrap.servers", "topics", "subscribe", "startingoffsets", "maxoffsetspertrigger", "fetchtimeout"}
+)
 # librdkafka settings the source relies on; a passthrough may not override them.
 _RESERVED = frozenset({"enable.partition.eof", "enable.auto.commit", "group.id"})
 
@@ -40,7 +42,9 @@ def parse_kafka_options(options: Mapping[str, str]) -> KafkaOptions:
     config: dict[str, Any] = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
     reserved = sorted(_RESERVED & set(config))
     if reserved:
-        raise ConfigError("kafka." + reserved[0], "is managed by the source (it reads by explicit offsets, without a group)")
+        raise ConfigError(
+            "kafka." + reserved[0], "is managed by the source (it reads by explicit offsets, without a group)"
+        )
     servers = opts.get("bootstrap.servers") or config.get("bootstrap.servers")
     if not servers:
         raise ConfigError("bootstrap.servers", "required, e.g. .option('bootstrap.servers', 'broker:9092')")
@@ -69,7 +73,9 @@ def parse_kafka_options(options: Mapping[str, str]) -> KafkaOptions:
             if limit <= 0:
                 raise ValueError
         except ValueError:
-            raise ConfigError("maxOffsetsPerTrigger", f"expected a positive integer, got {opts['maxoffsetspertrigger']!r}") from None
+            raise ConfigError(
+                "maxOffsetsPerTrigger", f"expected a positive integer, got {opts['maxoffsetspertrigger']!r}"
+            ) from None
     try:
         timeout = float(opts.get("fetchtimeout") or 60.0)
     except ValueError:

@@ -17,10 +17,10 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
@@ -142,16 +142,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         f"no end-of-partition from the broker within fetchTimeout={timeout}s for {sorted(pending)}"
                     )
                 for m in c.consume(1000, 0.5):
-                    tp = (m.topic(), m.partition())
                     err = m.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            ends[tp] = max(ends[tp], m.offset())
-                            pending.discard(tp)
-                            continue
+                    if err is not None and err.code() != KafkaError._PARTITION_EOF:
                         raise KafkaException(err)
+                    tp, offset = _position(m)
+                    if err is not None:  # end of partition: offset is the partition's end
+                        ends[tp] = max(ends[tp], offset)
+                        pending.discard(tp)
+                        continue
                     if tp in pending:
-                        ends[tp] = max(ends[tp], m.offset() + 1)
+                        ends[tp] = max(ends[tp], offset + 1)
                         read[tp] += 1
                         if read[tp] >= PROBE_MAX_MESSAGES:  # enough for now; the rest comes next batch
                             pending.discard(tp)
@@ -161,9 +161,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _earliest(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         c = self._client()
+        timeout = self.options.fetch_timeout
         return {
-            tp: c.get_watermark_offsets(TopicPartition(tp[0], tp[1]), timeout=self.options.fetch_timeout, cached=False)[0]
-            for tp in tps
+            tp: c.get_watermark_offsets(TopicPartition(tp[0], tp[1]), timeout=timeout, cached=False)[0] for tp in tps
         }
 
     def initialOffset(self) -> Offsets:
@@ -256,20 +256,22 @@ def read_range(options: KafkaOptions, r: KafkaRange) -> Iterator[pa.RecordBatch]
                 )
             for m in msgs:
                 err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        if m.offset() >= r.end:  # gaps (compaction, transaction markers) end here
-                            position = r.end
-                        continue
+                if err is not None and err.code() != KafkaError._PARTITION_EOF:
                     raise KafkaException(err)
                 off = m.offset()
+                assert off is not None  # messages and end-of-partition events carry their offset
+                if err is not None:  # end of partition
+                    if off >= r.end:  # gaps (compaction, transaction markers) end here
+                        position = r.end
+                    continue
                 if off >= r.end:
                     position = r.end
                     break
                 cols[0].append(off)
                 cols[1].append(m.key())
                 cols[2].append(m.value())
-                h = m.headers()
+                # A consumed message's headers are a list of pairs (the stub also admits a producer's dict).
+                h = cast("list[tuple[str, bytes | None]] | None", m.headers())
                 cols[3].append([{"key": k, "value": v} for k, v in h] if h else [])
                 cols[4].append(m.timestamp()[1])
                 position = off + 1
@@ -300,7 +302,16 @@ def _batch(r: KafkaRange, cols: tuple[list[Any], ...]) -> pa.RecordBatch:
     )
 
 
-def _admit(start: dict[tuple[str, int], int], ends: dict[tuple[str, int], int], budget: int | None) -> dict[tuple[str, int], int]:
+def _position(m: Message) -> tuple[tuple[str, int], int]:
+    """((topic, partition), offset) of a message or an end-of-partition event, which both carry them."""
+    topic, partition, offset = m.topic(), m.partition(), m.offset()
+    assert topic is not None and partition is not None and offset is not None
+    return (topic, partition), offset
+
+
+def _admit(
+    start: dict[tuple[str, int], int], ends: dict[tuple[str, int], int], budget: int | None
+) -> dict[tuple[str, int], int]:
     """Limit a batch to ``budget`` messages, shared among partitions in proportion to their backlog."""
     backlog = {tp: max(0, ends[tp] - start[tp]) for tp in ends}
     total = sum(backlog.values())

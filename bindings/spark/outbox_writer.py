@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from itertools import count, repeat
 from typing import Any, ClassVar
 
@@ -160,7 +160,8 @@ class OutboxWriter(DataSourceArrowWriter):
                     assert self.target_staging is not None
                     columns = [batch.column(c).to_pylist() for c in o.columns]
                     rows = zip(repeat(partition), repeat(attempt), count(n_target), *columns)
-                    n_target += bulk_insert(conn, db.table(self.target_staging), [PARTITION, ATTEMPT, SEQ, *o.columns], rows)
+                    target_columns = [PARTITION, ATTEMPT, SEQ, *o.columns]
+                    n_target += bulk_insert(conn, db.table(self.target_staging), target_columns, rows)
                     if o.events is None:
                         continue
                     payload = derive_events(batch.to_pylist(), batch, o.events, where)
@@ -215,7 +216,7 @@ class OutboxWriter(DataSourceArrowWriter):
         sql = (f"INSERT INTO {dst} ({db.q(CREATE_TIME)}, {payload}) "
                f"SELECT :now, {payload} FROM {src} WHERE {winners} ORDER BY {order}")
         stmt = sa.text(sql).bindparams(sa.bindparam("now", type_=UTCDateTime))
-        moved = conn.execute(stmt, {"now": datetime.now(timezone.utc)}).rowcount
+        moved = conn.execute(stmt, {"now": datetime.now(UTC)}).rowcount
         if moved != expected:
             raise WriteJobError(
                 f"job {self.job_id}: the tasks staged {expected} outbox row(s) but {moved} were found; "
@@ -250,7 +251,9 @@ class OutboxWriter(DataSourceArrowWriter):
                 self._drop_staging(conn, db)
         except sa.exc.SQLAlchemyError as e:
             # Harmless for correctness (nothing reads staging tables); drop_stale_staging cleans up.
-            log.warning("pyharvest.outbox job %s: could not drop staging table(s): %s", self.job_id, str(e).splitlines()[0])
+            log.warning(
+                "pyharvest.outbox job %s: could not drop staging table(s): %s", self.job_id, str(e).splitlines()[0]
+            )
 
 
 def _check_target(db: Database, target: TableName, columns: Sequence[str]) -> None:
@@ -260,7 +263,9 @@ def _check_target(db: Database, target: TableName, columns: Sequence[str]) -> No
         raise BindingError(f"target table {target} does not exist at {db.display_url}") from None
     unknown = [c for c in columns if c not in found]
     if unknown:
-        raise ConfigError("target_table", f"{target} has no column(s) {', '.join(unknown)} (it has: {', '.join(sorted(found))})")
+        raise ConfigError(
+            "target_table", f"{target} has no column(s) {', '.join(unknown)} (it has: {', '.join(sorted(found))})"
+        )
 
 
 def _winners(messages: Sequence[WriterCommitMessage | None]) -> list[StagedPartition]:
@@ -279,7 +284,9 @@ def _winners_clause(db: Database, staged: Sequence[StagedPartition]) -> str:
     return f"({db.q(PARTITION)}, {db.q(ATTEMPT)}) IN ({pairs})"
 
 
-def _target_move_sql(db: Database, src: str, dst: str, columns: Sequence[str], keys: Sequence[str], winners: str) -> str:
+def _target_move_sql(
+    db: Database, src: str, dst: str, columns: Sequence[str], keys: Sequence[str], winners: str
+) -> str:
     cols = ", ".join(db.q(c) for c in columns)
     order = f"{db.q(PARTITION)}, {db.q(SEQ)}"
     if not keys:
@@ -290,7 +297,8 @@ def _target_move_sql(db: Database, src: str, dst: str, columns: Sequence[str], k
         # ON CONFLICT cannot touch a row twice in one statement: keep each key's last row.
         select = (f"SELECT DISTINCT ON ({qkeys}) {cols} FROM {src} WHERE {winners} "
                   f"ORDER BY {qkeys}, {db.q(PARTITION)} DESC, {db.q(SEQ)} DESC")
-        action = ("DO UPDATE SET " + ", ".join(f"{db.q(c)} = EXCLUDED.{db.q(c)}" for c in others)) if others else "DO NOTHING"
+        updates = ", ".join(f"{db.q(c)} = EXCLUDED.{db.q(c)}" for c in others)
+        action = f"DO UPDATE SET {updates}" if others else "DO NOTHING"
         return f"INSERT INTO {dst} ({cols}) {select} ON CONFLICT ({qkeys}) {action}"
     if db.name in ("mysql", "mariadb"):
         # Rows apply in order, so a key's last row wins; the unique key is whichever the table has.
@@ -299,6 +307,10 @@ def _target_move_sql(db: Database, src: str, dst: str, columns: Sequence[str], k
         return (f"INSERT INTO {dst} ({cols}) SELECT {scols} FROM {src} AS s WHERE {winners} ORDER BY {order} "
                 f"ON DUPLICATE KEY UPDATE {update}")
     if db.name == "sqlite":
-        action = ("DO UPDATE SET " + ", ".join(f"{db.q(c)} = excluded.{db.q(c)}" for c in others)) if others else "DO NOTHING"
-        return f"INSERT INTO {dst} ({cols}) SELECT {cols} FROM {src} WHERE {winners} ORDER BY {order} ON CONFLICT ({qkeys}) {action}"
-    raise ConfigError("target_key_columns", f"upserts are not implemented for {db.name}; omit target_key_columns to insert")
+        updates = ", ".join(f"{db.q(c)} = excluded.{db.q(c)}" for c in others)
+        action = f"DO UPDATE SET {updates}" if others else "DO NOTHING"
+        return (f"INSERT INTO {dst} ({cols}) SELECT {cols} FROM {src} WHERE {winners} ORDER BY {order} "
+                f"ON CONFLICT ({qkeys}) {action}")
+    raise ConfigError(
+        "target_key_columns", f"upserts are not implemented for {db.name}; omit target_key_columns to insert"
+    )

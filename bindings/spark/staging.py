@@ -75,7 +75,8 @@ def _table(db: Database, name: TableName, columns: list[sa.Column[Any]]) -> sa.T
 
 def create_outbox_staging(db: Database, name: TableName) -> None:
     """Create the outbox staging table (outbox ids are assigned by the commit's ordered INSERT … SELECT)."""
-    columns = _bookkeeping_columns() + [
+    columns = [
+        *_bookkeeping_columns(),
         sa.Column(TOPIC, sa.Text if db.is_postgresql else sa.String(TOPIC_LENGTH), nullable=False),
         sa.Column(KEY, sa.Text if db.is_postgresql else sa.Unicode(KEY_LENGTH), nullable=False),
         sa.Column(VALUE, sa.LargeBinary, nullable=True),
@@ -97,14 +98,17 @@ def drop_table(conn: sa.Connection, db: Database, name: TableName) -> None:
     conn.exec_driver_sql(f"DROP TABLE IF EXISTS {db.table(name)}")
 
 
-def drop_stale_staging(url: str, table: str, older_than: timedelta = timedelta(days=1), binding: str | None = None) -> list[str]:
+def drop_stale_staging(
+    url: str, table: str, older_than: timedelta = timedelta(days=1), binding: str | None = None
+) -> list[str]:
     """Drop staging tables of ``table`` created more than ``older_than`` ago (left by drivers
     that died mid-job); return their names. Do not pass an age shorter than your longest write job."""
     from pyharvest.bindings.sql.identifiers import parse_table_name
 
     name = parse_table_name(table)
     db = Database(url, binding)
-    pattern = re.compile(re.escape(name.name[: MAX_PART_LENGTH - _SUFFIX_LENGTH]) + r"_spark_([0-9a-f]{8})_[0-9a-f]{8}$", re.I)
+    prefix = re.escape(name.name[: MAX_PART_LENGTH - _SUFFIX_LENGTH])
+    pattern = re.compile(prefix + r"_spark_([0-9a-f]{8})_[0-9a-f]{8}$", re.I)
     cutoff = time.time() - older_than.total_seconds()
     dropped: list[str] = []
     try:

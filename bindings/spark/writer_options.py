@@ -60,7 +60,9 @@ def parse_writer_options(options: Mapping[str, str], schema: StructType,
                          event_functions: Mapping[str, EventFunction]) -> WriterOptions:
     unknown = sorted(set(options) - KNOWN_OPTIONS)
     if unknown:
-        raise ConfigError("options", f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(KNOWN_OPTIONS))}")
+        raise ConfigError(
+            "options", f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(KNOWN_OPTIONS))}"
+        )
     url = options.get("url")
     if not url:
         raise ConfigError("url", "required: the database's SQLAlchemy URL, e.g. postgresql+psycopg://app@db/app")
@@ -70,7 +72,8 @@ def parse_writer_options(options: Mapping[str, str], schema: StructType,
     names = list(types)
     target_opt = options.get("target_table")
     if not target_opt:
-        extra = [o for o in ("target_key_columns", "events", "event_topic", "event_key_column", "event_value_column") if o in options]
+        target_only = ("target_key_columns", "events", "event_topic", "event_key_column", "event_value_column")
+        extra = [o for o in target_only if o in options]
         if extra:
             raise ConfigError(extra[0], "only applies together with target_table")
         missing = [c for c in ("topic", "key", "value") if c not in types]
@@ -82,7 +85,9 @@ def parse_writer_options(options: Mapping[str, str], schema: StructType,
             )
         unexpected = [c for c in names if c not in ("topic", "key", "value", "headers")]
         if unexpected:
-            raise ConfigError("columns", f"unexpected column(s) {', '.join(unexpected)}; select topic, key, value[, headers]")
+            raise ConfigError(
+                "columns", f"unexpected column(s) {', '.join(unexpected)}; select topic, key, value[, headers]"
+            )
         for c in ("topic", "key"):
             if not isinstance(types[c], StringType):
                 raise ConfigError(c, f"column {c!r} must be a string, got {types[c].simpleString()}")
@@ -97,11 +102,15 @@ def parse_writer_options(options: Mapping[str, str], schema: StructType,
     keys = tuple(k.strip() for k in (options.get("target_key_columns") or "").split(",") if k.strip())
     missing_keys = [k for k in keys if k not in types]
     if missing_keys:
-        raise ConfigError("target_key_columns", f"not DataFrame column(s): {', '.join(missing_keys)}; it has: {', '.join(names)}")
+        raise ConfigError(
+            "target_key_columns", f"not DataFrame column(s): {', '.join(missing_keys)}; it has: {', '.join(names)}"
+        )
     events: EventMapping | EventFunction | None = None
     fn_name = options.get("events")
     if fn_name and "event_topic" in options:
-        raise ConfigError("events", "give either events (a registered function) or event_topic (a column mapping), not both")
+        raise ConfigError(
+            "events", "give either events (a registered function) or event_topic (a column mapping), not both"
+        )
     if fn_name:
         if fn_name not in event_functions:
             raise ConfigError(
@@ -134,4 +143,8 @@ def describe(options: WriterOptions) -> dict[str, Any]:
     """For log lines: everything but the URL's secrets."""
     from pyharvest.bindings.sql.urls import mask_url
 
-    return {"url": mask_url(options.url), "table": str(options.outbox), "target": str(options.target) if options.target else None}
+    return {
+        "url": mask_url(options.url),
+        "table": str(options.outbox),
+        "target": str(options.target) if options.target else None,
+    }

@@ -29,7 +29,7 @@ ID_BATCH = 1000
 MalformedRowHandler = Callable[[MalformedRowError], None]
 _by_id = attrgetter("id")
 # Compiles to ``SELECT 1`` (``SELECT 1 FROM DUAL`` on Oracle).
-_PING = sa.select(sa.literal_column("1"))
+_PING: sa.Select[Any] = sa.select(sa.literal_column("1"))
 
 
 class SqlBinding:

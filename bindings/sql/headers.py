@@ -25,7 +25,7 @@ def encode_headers(headers: Sequence[Header]) -> str:
     if not headers:
         return EMPTY_HEADERS
     return _dumps(
-        [[k, v if type(v) is str else {_BYTES_TAG: b64encode(v).decode("ascii")}] for k, v in headers]
+        [[k, v if isinstance(v, str) else {_BYTES_TAG: b64encode(v).decode("ascii")}] for k, v in headers]
     )
 
 

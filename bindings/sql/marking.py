@@ -106,7 +106,7 @@ class TransactionalMark:
         self.outbox = outbox
         self._cache = _PerLimitCache()
         o = outbox
-        ids = sa.bindparam("ids", expanding=True)
+        ids: sa.BindParameter[Any] = sa.bindparam("ids", expanding=True)
         self._update = sa.update(o.table).where(o.id.in_(ids)).values(leader_id=leader_param(o))
         self._read_back = sa.select(*o.columns).where(o.id.in_(ids))
 

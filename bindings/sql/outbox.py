@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -61,7 +61,7 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     ),
 }
 
-_UTC = timezone.utc
+_UTC = UTC
 
 
 class MalformedRowError(ValueError):
@@ -183,7 +183,9 @@ def _encode_goharvest(record: OutboxRecord, now: datetime) -> dict[str, Any]:
     }
 
 
-_CODECS: dict[str, tuple[Callable[[], list[sa.Column[Any]]], Callable[..., OutboxRecord], Callable[..., dict[str, Any]]]] = {
+# A layout's (columns, decode a row, encode a record).
+_Codec = tuple[Callable[[], list[sa.Column[Any]]], Callable[..., OutboxRecord], Callable[..., dict[str, Any]]]
+_CODECS: dict[str, _Codec] = {
     NATIVE: (_native_columns, _decode_native, _encode_native),
     GOHARVEST: (_goharvest_columns, _decode_goharvest, _encode_goharvest),
 }

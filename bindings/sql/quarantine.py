@@ -54,7 +54,7 @@ def quarantine_table_name(outbox: TableName) -> TableName:
     would exceed the identifier limit (PostgreSQL would silently truncate it)."""
     name = outbox.name + SUFFIX
     if len(name) > MAX_PART_LENGTH:
-        digest = hashlib.sha1(outbox.name.encode()).hexdigest()[:8]
+        digest = hashlib.sha1(outbox.name.encode(), usedforsecurity=False).hexdigest()[:8]
         name = f"{outbox.name[: MAX_PART_LENGTH - len(SUFFIX) - 9]}_{digest}{SUFFIX}"
     return TableName(name, outbox.schema)
 

@@ -129,7 +129,7 @@ def _print_dead_letters(engine: Any, tables: Any, group_id: str, limit: int) -> 
     return EXIT_OK
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "inbox",
         help="run the exactly-once consumer (apply Kafka messages to the database with a handler)",

@@ -18,16 +18,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from pyharvest.core.config import mask_data_source
 from pyharvest.core.errors import ConfigError, HarvestError
+
+if TYPE_CHECKING:
+    from pyharvest.bindings.sql import SqlBinding
 
 __all__ = ["cmd_quarantine", "register"]
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
 
-def _binding(args: argparse.Namespace):  # -> SqlBinding
+def _binding(args: argparse.Namespace) -> SqlBinding:
     from pyharvest.bindings.sql import create_binding
 
     return create_binding(args.data_source, args.table, args.binding)
@@ -51,26 +55,31 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
         if action == "list":
             entries = binding.quarantined(args.key)
             if args.json:
-                for e in entries:
+                for entry in entries:
                     print(json.dumps({
-                        "key": e.key, "record_id": e.record_id, "topic": e.topic, "attempts": e.attempts,
-                        "quarantine_time": e.quarantine_time.isoformat() if e.quarantine_time else None,
-                        "error": e.error,
+                        "key": entry.key,
+                        "record_id": entry.record_id,
+                        "topic": entry.topic,
+                        "attempts": entry.attempts,
+                        "quarantine_time": entry.quarantine_time.isoformat() if entry.quarantine_time else None,
+                        "error": entry.error,
                     }))
             elif not entries:
                 print(f"no quarantined keys in {where}")
             else:
                 print(f"{len(entries)} quarantined key(s) in {where}:")
-                for e in entries:
-                    when = e.quarantine_time.isoformat(timespec="seconds") if e.quarantine_time else "?"
+                for entry in entries:
+                    when = entry.quarantine_time.isoformat(timespec="seconds") if entry.quarantine_time else "?"
                     print(
-                        f"  key {e.key!r}: record {e.record_id} (topic {e.topic!r}) after {e.attempts} attempts "
-                        f"at {when}: {e.error}"
+                        f"  key {entry.key!r}: record {entry.record_id} (topic {entry.topic!r}) "
+                        f"after {entry.attempts} attempts at {when}: {entry.error}"
                     )
             return EXIT_OK
         if action == "replay":
             if not binding.replay(args.key):
-                print(f"reaper quarantine replay: error: key {args.key!r} is not quarantined in {where}", file=sys.stderr)
+                print(
+                    f"reaper quarantine replay: error: key {args.key!r} is not quarantined in {where}", file=sys.stderr
+                )
                 return EXIT_FAILURE
             print(f"replayed key {args.key!r}: its records will be published again, in order")
             return EXIT_OK
@@ -87,7 +96,7 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
         binding.dispose()
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``quarantine`` to ``reaper``'s sub-commands."""
     p = subparsers.add_parser(
         "quarantine",

@@ -47,7 +47,9 @@ def read_expected(stream: IO[str], name: str = "<expected>") -> list[tuple[str, 
         except json.JSONDecodeError as e:
             raise ExpectedFileError(f"{name}:{n}: not JSON: {e.msg}") from None
         if not isinstance(obj, dict) or "key" not in obj or "id" not in obj:
-            raise ExpectedFileError(f'{name}:{n}: expected an object {{"key": ..., "id": ...}}, got {line.strip()[:80]}')
+            raise ExpectedFileError(
+                f'{name}:{n}: expected an object {{"key": ..., "id": ...}}, got {line.strip()[:80]}'
+            )
         key, ident = obj["key"], obj["id"]
         if not isinstance(key, str):
             raise ExpectedFileError(f"{name}:{n}: key must be a string, got {key!r}")
@@ -69,7 +71,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"reaper verify: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        report = verify_topic(args.bootstrap_servers, args.topic, expected, identity=args.identity, timeout=args.timeout)
+        report = verify_topic(
+            args.bootstrap_servers, args.topic, expected, identity=args.identity, timeout=args.timeout
+        )
     except VerifyError as e:
         print(f"reaper verify: error: {e}", file=sys.stderr)
         return EXIT_FAILURE
@@ -88,7 +92,7 @@ exit status: 0 ok, 1 lost/reordered/unexpected (or unreadable topic), 2 bad usag
 """
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``verify`` to ``reaper``'s sub-commands."""
     p = subparsers.add_parser(
         "verify",

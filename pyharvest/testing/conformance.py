@@ -23,9 +23,9 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import sqlalchemy as sa
@@ -71,6 +71,15 @@ def _leader() -> str:
     return str(uuid.uuid4())
 
 
+def _ids(records: Iterable[OutboxRecord]) -> list[int]:
+    """The ids of records read back from the outbox, which always carry one."""
+    ids: list[int] = []
+    for r in records:
+        assert r.id is not None, f"{r!r} came back from the outbox without an id"
+        ids.append(r.id)
+    return ids
+
+
 def _app_engine(url: sa.URL) -> sa.Engine:
     if url.get_backend_name() == "sqlite":
         return sa.create_engine(url, connect_args={"timeout": 30})
@@ -110,7 +119,7 @@ class DialectConformance:
         outbox.stash_numbered(10)
         leader = _leader()
         first = outbox.binding.mark(leader, 4)
-        ids = [r.id for r in first]
+        ids = _ids(first)
         assert len(first) == 4 and ids == sorted(ids)
         assert [r.value for r in first] == [b"v0", b"v1", b"v2", b"v3"]
         for r in first:
@@ -118,7 +127,7 @@ class DialectConformance:
             assert r.create_time is not None and r.create_time.tzinfo is not None
         second = outbox.binding.mark(leader, 4)
         assert [r.value for r in second] == [b"v4", b"v5", b"v6", b"v7"]
-        assert min(r.id for r in second) > max(ids)  # type: ignore[operator]
+        assert min(_ids(second)) > max(ids)
         assert [r.value for r in outbox.binding.mark(leader, 100)] == [b"v8", b"v9"]
         assert outbox.binding.mark(leader, 100) == []
         assert set(outbox.leaders().values()) == {leader}
@@ -136,8 +145,8 @@ class DialectConformance:
     def test_mark_skips_rows_of_another_leader_only_after_reset(self, outbox: ConformanceOutbox) -> None:
         outbox.stash_numbered(3)
         leader = _leader()
-        ids = [r.id for r in outbox.binding.mark(leader, 10)]
-        assert outbox.binding.reset(ids[1:2]) == 1  # type: ignore[arg-type]
+        ids = _ids(outbox.binding.mark(leader, 10))
+        assert outbox.binding.reset(ids[1:2]) == 1
         again = outbox.binding.mark(leader, 10)
         assert [r.id for r in again] == ids[1:2]
 
@@ -146,13 +155,13 @@ class DialectConformance:
     def test_purge_and_reset_return_counts_and_are_idempotent(self, outbox: ConformanceOutbox) -> None:
         outbox.stash_numbered(5)
         leader = _leader()
-        ids = [r.id for r in outbox.binding.mark(leader, 10)]
-        assert outbox.binding.reset(ids[:2]) == 2  # type: ignore[arg-type]
-        assert outbox.binding.reset(ids[:2]) == 2  # type: ignore[arg-type]
+        ids = _ids(outbox.binding.mark(leader, 10))
+        assert outbox.binding.reset(ids[:2]) == 2
+        assert outbox.binding.reset(ids[:2]) == 2
         assert [r.id for r in outbox.binding.mark(leader, 10)] == ids[:2]
-        assert outbox.binding.purge(ids) == 5  # type: ignore[arg-type]
-        assert outbox.binding.purge(ids) == 0  # type: ignore[arg-type]
-        assert outbox.binding.reset(ids) == 0  # type: ignore[arg-type]
+        assert outbox.binding.purge(ids) == 5
+        assert outbox.binding.purge(ids) == 0
+        assert outbox.binding.reset(ids) == 0
         assert outbox.binding.purge([]) == 0 and outbox.binding.reset([]) == 0
         assert outbox.leaders() == {}
 
@@ -160,15 +169,15 @@ class DialectConformance:
         n = 2300  # three statements at 1,000 ids each
         outbox.stash(*(OutboxRecord("conformance", f"k{i}", b"x") for i in range(n)))
         leader = _leader()
-        ids = [r.id for r in outbox.binding.mark(leader, n)]
+        ids = _ids(outbox.binding.mark(leader, n))
         assert len(ids) == n
-        assert outbox.binding.reset(ids + [max(ids) + 10_000]) == n  # type: ignore[operator,list-item,arg-type]
-        assert outbox.binding.purge(ids) == n  # type: ignore[arg-type]
+        assert outbox.binding.reset([*ids, max(ids) + 10_000]) == n
+        assert outbox.binding.purge(ids) == n
         assert outbox.leaders() == {}
 
     # --- round trips --------------------------------------------------------------------
 
-    ROUND_TRIP = [
+    ROUND_TRIP: ClassVar[list[OutboxRecord]] = [
         OutboxRecord("rt", "plain", b"bytes value"),
         OutboxRecord("rt", "binary", bytes(range(256)) + b"\xff\xfe\x00\x80"),
         OutboxRecord("rt", "empty", b""),
@@ -287,10 +296,10 @@ class DialectConformance:
                     got = outbox.binding.mark(leader, limit)
                     t1 = time.perf_counter()
                     assert all(r.leader_id == leader for r in got), "a returned row is not marked by its marker"
-                    ids = [r.id for r in got]
-                    assert ids == sorted(set(ids)), "a pass returned duplicate or unsorted rows"  # type: ignore[type-var]
+                    ids = _ids(got)
+                    assert ids == sorted(set(ids)), "a pass returned duplicate or unsorted rows"
                     with lock:
-                        results.append((t0, t1, leader, ids))  # type: ignore[arg-type]
+                        results.append((t0, t1, leader, ids))
             except BaseException as e:  # noqa: BLE001 - reported below
                 errors.append(e)
 
@@ -345,7 +354,7 @@ class DialectConformance:
                     got = outbox.binding.mark(leader, 25)
                     seen.extend(got)
                     if got:
-                        assert outbox.binding.purge([r.id for r in got]) == len(got)  # type: ignore[misc]
+                        assert outbox.binding.purge(_ids(got)) == len(got)
                     elif finished:
                         return
                     else:
@@ -368,7 +377,8 @@ class DialectConformance:
         assert len(values) == len(expected) and set(values) == expected, "a stashed row was lost or repeated"
         by_key: dict[str, list[int]] = defaultdict(list)
         for r in seen:
-            by_key[r.key].append(int(r.value.split(b":")[1]))  # type: ignore[union-attr]
+            assert isinstance(r.value, bytes)
+            by_key[r.key].append(int(r.value.split(b":")[1]))
         for key, order in by_key.items():
             assert order == sorted(order), f"key {key} was marked out of order"
         assert outbox.leaders() == {}
