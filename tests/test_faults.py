@@ -264,7 +264,12 @@ def test_black_holed_leader_fences_itself_and_a_second_harvester_takes_over(pg_u
         create_topic(bootstrap, topic_name, partitions=4)
         group = f"fence-{uuid.uuid4().hex[:8]}"
         events: list[tuple[float, object]] = []
-        old = Harvest(config(bootstrap, pg_url, table_name, group=group, limits={"shutdown_timeout": 2.0}))
+        cfg = config(bootstrap, pg_url, table_name, group=group, limits={"shutdown_timeout": 2.0})
+        # The group hands partition 0 to the member whose id sorts first (ids start with the
+        # client.id): name the clients so the in-process harvester keeps leadership when the
+        # standby joins, instead of hoping for it.
+        cfg.base_kafka_config["client.id"] = "a-incumbent"
+        old = Harvest(cfg)
         old.set_event_handler(lambda e: events.append((time.monotonic(), e)))
         writer = Writer(pg_url, table_name, topic_name, pause=0.02)
         standby = None
@@ -275,7 +280,8 @@ def test_black_holed_leader_fences_itself_and_a_second_harvester_takes_over(pg_u
             cfg_path = tmp_path / "reaper.yaml"
             cfg_path.write_text(yaml.safe_dump({
                 "harvest": {
-                    "baseKafkaConfig": {"bootstrap.servers": bootstrap}, "leaderGroupID": group,
+                    "baseKafkaConfig": {"bootstrap.servers": bootstrap, "client.id": "z-standby"},
+                    "leaderGroupID": group,
                     "dataSource": pg_url, "outboxTable": table_name,
                     "limits": {"heartbeatTimeout": "2s", "minPollInterval": "50ms"},
                 },
