@@ -13,9 +13,9 @@ import re
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from pyharvest.core.durations import format_duration, parse_duration
 from pyharvest.core.errors import ConfigError
@@ -127,38 +127,69 @@ class Limits:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None, prefix: str = "limits") -> Limits:
-        data = dict(data or {})
-        out = cls()
-        known = {_camel(f.name): f.name for f in fields(cls)}
-        for key, value in data.items():
-            attr = known.get(key)
-            if attr is None:
-                raise ConfigError(f"{prefix}.{key}", f"unknown key; expected one of: {', '.join(sorted(known))}")
-            if value is None:
-                continue
-            if attr in _INT_LIMITS:
-                if isinstance(value, bool) or not isinstance(value, int):
-                    raise ConfigError(f"{prefix}.{key}", f"expected a whole number, got {value!r}")
-                setattr(out, attr, value)
-            else:
-                try:
-                    setattr(out, attr, parse_duration(value, f"{prefix}.{key}"))
-                except ValueError as e:
-                    raise ConfigError("", str(e)) from None
-        return out
+        return limits_from_mapping(cls, data, prefix, _INT_LIMITS)
 
     def to_mapping(self) -> dict[str, object]:
-        out: dict[str, object] = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if v is not None:
-                out[_camel(f.name)] = v if f.name in _INT_LIMITS else format_duration(v)
-        return out
+        return limits_to_mapping(self, _INT_LIMITS)
 
 
 _INT_LIMITS = frozenset(
     {"max_in_flight_records", "send_concurrency", "send_buffer", "mark_query_records", "max_delivery_attempts"}
 )
+
+
+_L = TypeVar("_L")
+
+
+def limits_from_mapping(cls: type[_L], data: Mapping[str, Any] | None, prefix: str, ints: Collection[str]) -> _L:
+    """Build a limits dataclass from camelCase keys: whole numbers for the fields in ``ints``,
+    Go-style durations (or seconds) for the rest; errors name ``prefix.key``."""
+    if data is not None and not isinstance(data, Mapping):
+        raise ConfigError(prefix, f"expected a mapping, got {data!r}")
+    out = cls()
+    known = {_camel(f.name): f.name for f in fields(cls)}  # type: ignore[arg-type]
+    for key, value in (data or {}).items():
+        attr = known.get(key)
+        if attr is None:
+            raise ConfigError(f"{prefix}.{key}", f"unknown key; expected one of: {', '.join(sorted(known))}")
+        if value is None:
+            continue
+        if attr in ints:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{prefix}.{key}", f"expected a whole number, got {value!r}")
+            setattr(out, attr, value)
+        else:
+            try:
+                setattr(out, attr, parse_duration(value, f"{prefix}.{key}"))
+            except ValueError as e:
+                raise ConfigError("", str(e)) from None
+    return out
+
+
+def limits_to_mapping(limits: object, ints: Collection[str]) -> dict[str, object]:
+    """The camelCase mapping of a limits dataclass, durations in Go's form; unset fields left out."""
+    return {
+        _camel(f.name): (v if f.name in ints else format_duration(v))
+        for f in fields(limits)  # type: ignore[arg-type]
+        if (v := getattr(limits, f.name)) is not None
+    }
+
+
+def read_yaml_file(path: str) -> Any:
+    """The YAML document in ``path`` (``{}`` if empty), with one-line errors for a missing file
+    or bad YAML."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ConfigError("", f"cannot read configuration file {path!r}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError("", f"{path} is not valid YAML: {e}") from None
+    return data if data is not None else {}
 
 
 def _dflt(value: Any, default: Any) -> Any:
@@ -358,9 +389,4 @@ class ReaperConfig:
 
     @classmethod
     def load(cls, path: str) -> ReaperConfig:
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            raise ConfigError("", f"cannot read configuration file {path!r}: {e.strerror}") from None
-        return cls.from_yaml(text, path)
+        return cls.from_mapping(read_yaml_file(path))

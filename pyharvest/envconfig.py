@@ -45,7 +45,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from pyharvest.core.config import Config, Limits, LoggingConfig, ReaperConfig, mask_kafka_config
+from pyharvest.core.config import Config, Limits, LoggingConfig, ReaperConfig, mask_kafka_config, read_yaml_file
 from pyharvest.core.errors import ConfigError
 
 __all__ = ["PREFIX", "Override", "apply_env_overrides", "env_overrides", "load_reaper_config", "parse_value"]
@@ -265,15 +265,5 @@ def _existing_key(node: Mapping[Any, Any], wanted: str, kafka: bool) -> Any:
 
 def load_reaper_config(path: str, environ: Mapping[str, str] | None = None) -> ReaperConfig:
     """:meth:`ReaperConfig.load` with the environment's overrides applied; same errors."""
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise ConfigError("", f"cannot read configuration file {path!r}: {e.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError("", f"{path} is not valid YAML: {e}") from None
+    data = read_yaml_file(path)
     return ReaperConfig.from_mapping(apply_env_overrides(data, environ))

@@ -14,8 +14,14 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pyharvest.bindings.sql.identifiers import parse_table_name
-from pyharvest.core.config import LoggingConfig, mask_data_source, mask_kafka_config
-from pyharvest.core.durations import format_duration, parse_duration
+from pyharvest.core.config import (
+    LoggingConfig,
+    limits_from_mapping,
+    limits_to_mapping,
+    mask_data_source,
+    mask_kafka_config,
+    read_yaml_file,
+)
 from pyharvest.core.errors import ConfigError
 
 __all__ = ["ERROR_POLICIES", "InboxConfig", "InboxFile", "InboxLimits"]
@@ -78,33 +84,10 @@ class InboxLimits:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None, prefix: str = "inbox.limits") -> InboxLimits:
-        if data is not None and not isinstance(data, Mapping):
-            raise ConfigError(prefix, f"expected a mapping, got {data!r}")
-        out = cls()
-        known = {_camel(f.name): f.name for f in fields(cls)}
-        for key, value in (data or {}).items():
-            attr = known.get(key)
-            if attr is None:
-                raise ConfigError(f"{prefix}.{key}", f"unknown key; expected one of: {', '.join(sorted(known))}")
-            if value is None:
-                continue
-            if attr in cls._INTS:
-                if isinstance(value, bool) or not isinstance(value, int):
-                    raise ConfigError(f"{prefix}.{key}", f"expected a whole number, got {value!r}")
-                setattr(out, attr, value)
-            else:
-                try:
-                    setattr(out, attr, parse_duration(value, f"{prefix}.{key}"))
-                except ValueError as e:
-                    raise ConfigError("", str(e)) from None
-        return out
+        return limits_from_mapping(cls, data, prefix, cls._INTS)
 
     def to_mapping(self) -> dict[str, object]:
-        return {
-            _camel(f.name): (v if f.name in self._INTS else format_duration(v))
-            for f in fields(self)
-            if (v := getattr(self, f.name)) is not None
-        }
+        return limits_to_mapping(self, self._INTS)
 
 
 @dataclass(slots=True)
@@ -263,15 +246,4 @@ class InboxFile:
 
     @classmethod
     def load(cls, path: str) -> InboxFile:
-        import yaml
-
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            raise ConfigError("", f"cannot read configuration file {path!r}: {e.strerror}") from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise ConfigError("", f"{path} is not valid YAML: {e}") from None
-        return cls.from_mapping(data if data is not None else {})
+        return cls.from_mapping(read_yaml_file(path))
