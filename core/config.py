@@ -27,7 +27,7 @@ DEFAULT_DATA_SOURCE = "host=localhost port=5432 user=postgres password= dbname=p
 DEFAULT_BOOTSTRAP_SERVERS = "localhost:9092"
 
 # Kafka client properties whose values are secrets; matched case-insensitively.
-_SECRET_KAFKA_KEYS = re.compile(r"(password|secret|\.key\.pem|private\.key|token)", re.IGNORECASE)
+_SECRET_KAFKA_KEYS = re.compile(r"(password|secret|\.key\.pem|private\.key|token|oauthbearer\.config)", re.IGNORECASE)
 _VALID_KAFKA_NAME = re.compile(r"[^a-zA-Z0-9._-]")
 
 

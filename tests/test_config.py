@@ -101,11 +101,12 @@ def test_errors_name_the_field_and_the_expected_form(yaml_text, field, hint):
 
 def test_secrets_never_appear_in_repr():
     c = Config(
-        base_kafka_config={"bootstrap.servers": "b:9094", "sasl.password": "alice-secret", "ssl.key.password": "kp"},
+        base_kafka_config={"bootstrap.servers": "b:9094", "sasl.password": "alice-secret", "ssl.key.password": "kp",
+                           "sasl.oauthbearer.config": "clientSecret=oauth-secret"},
         data_source="postgresql+psycopg://app:hunter2@db/app",
     ).resolve()
     text = repr(c) + str(c)
-    for secret in ("alice-secret", "kp'", "hunter2"):
+    for secret in ("alice-secret", "kp'", "hunter2", "oauth-secret"):
         assert secret not in text
     assert "b:9094" in text
 
