@@ -14,6 +14,7 @@ Column names avoid words reserved by some databases (``partition``, ``offset``, 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -94,6 +95,18 @@ class InboxTables:
         )
         return cls(md, cp, dd, dl)
 
-    def create(self, engine: sa.Engine) -> None:
-        """Create whichever of the tables is missing (idempotent)."""
-        self.metadata.create_all(engine, checkfirst=True)
+    def create(self, engine: sa.Engine, attempts: int = 5) -> None:
+        """Create whichever of the tables is missing (idempotent).
+
+        Consumers of one group often start together; ``checkfirst`` is not atomic, so another
+        process may create a table between the check and the ``CREATE``. Losing that race is
+        fine: check again.
+        """
+        for attempt in range(attempts):
+            try:
+                self.metadata.create_all(engine, checkfirst=True)
+                return
+            except sa.exc.DBAPIError:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.1 * (attempt + 1))
