@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   run the harvester on the embedded default (SQLite + the embedded broker)
-#   make test   run the test matrix (tox: core, sqlite, postgres, mysql, mssql, oracle)
+#   make test   run lint, docs and the test matrix (tox; environments chosen by .ci/envs)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -21,7 +21,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	bash .ci/services
 	rm -rf .tox/junit
-	$(VENV)/bin/tox run -e lint,docs,core,sqlite,postgres,postgres-psycopg2,mysql,mssql,oracle -- $(ARGS)
+	$(VENV)/bin/tox run -e "$$(bash .ci/envs)" -- $(ARGS)
 	$(VENV)/bin/python .ci/summarize.py .tox/junit
 
 clean:

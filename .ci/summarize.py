@@ -26,6 +26,9 @@ def main(folder: str) -> int:
     failed = totals["failures"] + totals["errors"]
     passed = totals["tests"] - totals["skipped"] - failed
     print(f"total: {passed} passed, {failed} failed, {totals['skipped']} skipped")
+    # The closing line in pytest's own format, so a reader (or a log scraper) sees the
+    # whole matrix's result last, not the last environment's.
+    print(f"{'=' * 20} {passed} passed, {failed} failed, {totals['skipped']} skipped (all tox environments) {'=' * 20}")
     if passed + failed == 0:
         print("no test ran", file=sys.stderr)
         return 1
