@@ -123,6 +123,37 @@ class RssSampler:
         return self.peak_kib / 1024
 
 
+class MachineCpu:
+    """CPU seconds of the database server and the broker on this machine (from /proc), so a
+    result shows where each record's CPU goes: harvester, database, broker. Zero where the
+    server runs elsewhere or /proc is missing."""
+
+    SERVERS = {"database": ("postgres", "mariadbd", "mysqld"), "broker": ("tansu",)}
+
+    def __init__(self) -> None:
+        self._start = self._read()
+
+    @classmethod
+    def _read(cls) -> dict[str, float]:
+        tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        out = dict.fromkeys(cls.SERVERS, 0.0)
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                text = stat.read_text()
+            except OSError:
+                continue
+            name = text[text.index("(") + 1 : text.rindex(")")]
+            fields = text[text.rindex(")") + 2 :].split()
+            for what, prefixes in cls.SERVERS.items():
+                if name.startswith(prefixes):
+                    out[what] += (int(fields[11]) + int(fields[12])) / tick
+        return out
+
+    def since(self) -> dict[str, float]:
+        now = self._read()
+        return {k: now[k] - self._start[k] for k in now}
+
+
 class StatementCounter:
     """Counts the statements the harvester's engine sends, while enabled."""
 
@@ -138,8 +169,10 @@ class StatementCounter:
             self.count += 1
 
 
-def bare_produce_rate(bootstrap: str, topic: str, messages: list[tuple[str, bytes]]) -> float:
-    """The physical ceiling: the same messages through one confluent-kafka producer, acked."""
+def bare_produce_rate(bootstrap: str, topic: str, messages: list[tuple[str, bytes]],
+                      notes: dict[str, object] | None = None) -> float:
+    """The physical ceiling: the same messages through one confluent-kafka producer, acked.
+    Its CPU per record (producer and broker) goes into ``notes`` for comparison."""
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
@@ -149,6 +182,8 @@ def bare_produce_rate(bootstrap: str, topic: str, messages: list[tuple[str, byte
         if err is None:
             acked[0] += 1
 
+    servers = MachineCpu()
+    cpu0 = time.process_time()
     started = time.monotonic()
     for key, value in messages:
         while True:
@@ -160,6 +195,9 @@ def bare_produce_rate(bootstrap: str, topic: str, messages: list[tuple[str, byte
         p.poll(0)
     p.flush(60)
     elapsed = time.monotonic() - started
+    if notes is not None and messages:
+        cpu = {"producer": time.process_time() - cpu0, "broker": servers.since()["broker"]}
+        notes["bare_cpu_us_per_record"] = {k: round(v * 1e6 / len(messages), 1) for k, v in cpu.items()}
     return acked[0] / elapsed
 
 
@@ -204,11 +242,16 @@ def run_drain(args: argparse.Namespace, bootstrap: str, result: Result) -> None:
         # From the first purge, not from election: leader election is not throughput.
         while h.metrics.records_purged == 0:
             time.sleep(0.0005)
+        servers = MachineCpu()
+        cpu1 = time.process_time()
         started = time.monotonic()
         while h.metrics.records_purged < result.records:
             time.sleep(0.002)
         result.seconds = time.monotonic() - started
         result.cpu_seconds = time.process_time() - cpu0
+        # CPU per record, by process, over the timed part: what the drain costs the machine.
+        per_record = {"harvester": time.process_time() - cpu1, **servers.since()}
+        result.notes["cpu_us_per_record"] = {k: round(v * 1e6 / result.records, 1) for k, v in per_record.items()}
         counter.enabled = False
     finally:
         h.stop()
@@ -220,7 +263,7 @@ def run_drain(args: argparse.Namespace, bootstrap: str, result: Result) -> None:
     verify(bootstrap, topic, expected, result)
     ceiling_topic = f"bench-bare-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, ceiling_topic, 10)
-    result.bare_produce_per_second = bare_produce_rate(bootstrap, ceiling_topic, expected)
+    result.bare_produce_per_second = bare_produce_rate(bootstrap, ceiling_topic, expected, result.notes)
     drop(args.database, table)
 
 

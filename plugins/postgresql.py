@@ -105,7 +105,24 @@ def pyharvest_mark_strategy(table: OutboxTable) -> MarkStrategy:
     return ReturningMark(table, lock=True, match_ids=_id_in_array)
 
 
+class _IdArrayLiteral(sa.types.TypeDecorator[Sequence[int]]):
+    """A list of ids sent as one ``'{1,2,3}'`` text parameter and cast to ``BIGINT[]`` by the
+    server: the drivers' list adapters build the array element by element in Python, which
+    was most of a purge's client-side cost."""
+
+    # No type of its own: a typed string would be rendered ``%(ids)s::VARCHAR`` inside the cast.
+    impl = sa.types.NullType
+    cache_ok = True
+
+    def process_bind_param(self, value: Sequence[int] | None, dialect: Any) -> str | None:
+        if value is None:
+            return None
+        # int() per id: only digits and signs can reach the literal.
+        return "{" + ",".join(map(str, map(int, value))) + "}"
+
+
 @hookimpl
 def pyharvest_id_filter(id_column: sa.ColumnElement[int]) -> sa.ColumnElement[bool]:
     # One array parameter: a single cached statement serves every batch size.
-    return id_column == sa.any_(sa.bindparam("ids", type_=postgresql.ARRAY(sa.BigInteger)))
+    ids = sa.cast(sa.bindparam("ids", type_=_IdArrayLiteral()), postgresql.ARRAY(sa.BigInteger))
+    return id_column == sa.any_(ids)

@@ -74,7 +74,7 @@ def test_an_empty_value_unsets_a_key():
     out = apply_env_overrides(FILE, env)["harvest"]
     assert out["baseKafkaConfig"] == {"bootstrap.servers": "file:9092"}
     cfg = ReaperConfig.from_mapping(apply_env_overrides(FILE, env))
-    assert cfg.harvest.resolve().limits.max_in_flight_records == 1000  # back to the default
+    assert cfg.harvest.resolve().limits.max_in_flight_records == 4000  # back to the default
 
 
 def test_sections_are_created_when_missing():

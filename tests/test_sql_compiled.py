@@ -127,8 +127,9 @@ class TestReturningAndGenericMarks:
 
     def test_postgresql_purge_binds_one_array(self) -> None:
         purge, reset, _ = binding_statements("postgresql")
-        assert purge == "DELETE FROM outbox WHERE outbox.id = ANY (%(ids)s::BIGINT[])"
-        assert reset == "UPDATE outbox SET leader_id=NULL WHERE outbox.id = ANY (%(ids)s::BIGINT[])"
+        # One text parameter cast by the server: '{1,2,3}'::BIGINT[] (see plugins/postgresql.py).
+        assert purge == "DELETE FROM outbox WHERE outbox.id = ANY (CAST(%(ids)s AS BIGINT[]))"
+        assert reset == "UPDATE outbox SET leader_id=NULL WHERE outbox.id = ANY (CAST(%(ids)s AS BIGINT[]))"
 
     def test_generic_mark_locks_and_waits(self) -> None:
         outbox = OutboxTable.build(parse_table_name("outbox"))

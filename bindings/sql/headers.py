@@ -29,10 +29,28 @@ def encode_headers(headers: Sequence[Header]) -> str:
     )
 
 
+# Outboxes repeat a handful of header sets (a service stamps the same few on everything), and
+# parsing JSON per row was an eighth of the harvester's CPU: decoded tuples are immutable, so
+# rows with the same text share one. Bounded; cleared when full rather than tracking recency.
+_CACHE_SIZE = 4096
+_cache: dict[str, tuple[Header, ...]] = {}
+
+
 def decode_headers(text: str) -> tuple[Header, ...]:
     """Inverse of :func:`encode_headers`; raises ``ValueError`` on anything it did not write."""
     if text == EMPTY_HEADERS:  # the common case: no JSON parse per row
         return ()
+    cached = _cache.get(text)
+    if cached is not None:
+        return cached
+    decoded = _decode(text)
+    if len(_cache) >= _CACHE_SIZE:
+        _cache.clear()
+    _cache[text] = decoded
+    return decoded
+
+
+def _decode(text: str) -> tuple[Header, ...]:
     pairs = _loads(text)
     if type(pairs) is not list:
         raise ValueError("headers are not a JSON array")
