@@ -201,17 +201,33 @@ def bare_produce_rate(bootstrap: str, topic: str, messages: list[tuple[str, byte
     return acked[0] / elapsed
 
 
-def harvester(url: str, table: str, bootstrap: str, **limits: object):  # noqa: ANN201
+def harvester(url: str, table: str, bootstrap: str, limits: dict[str, object] | None = None,
+              producer: dict[str, object] | None = None, kafka: object = None):  # noqa: ANN201
+    """The harvester under test: default limits unless ``--limits`` gives some (goharvest's
+    names: ``{"markQueryRecords": 100}``), producer properties from ``--producer-config``."""
     from pyharvest import Config, Harvest, Limits
 
+    lim = Limits.from_mapping({"heartbeatTimeout": "2s", **(limits or {})}, "--limits")
     cfg = Config(
         base_kafka_config={"bootstrap.servers": bootstrap},
+        producer_kafka_config=dict(producer or {}),
         leader_group_id=f"bench-{uuid.uuid4().hex[:8]}",
         data_source=url,
         outbox_table=table,
-        limits=Limits(heartbeat_timeout=2.0, **limits),  # type: ignore[arg-type]
+        limits=lim,
     )
-    return Harvest(cfg)
+    return Harvest(cfg, kafka=kafka)  # type: ignore[arg-type]
+
+
+def engine_notes(h: object, result: Result) -> None:
+    """How the engine spent the run: marks and purges, their sizes and mean durations."""
+    m = h.metrics  # type: ignore[attr-defined]
+    marks, purges = max(1, m.marks), max(1, m.purge_statements)
+    result.notes["marks"] = m.marks
+    result.notes["rows_per_mark"] = round(m.records_marked / marks)
+    result.notes["mark_ms"] = round(1000 * sum(m.mark_seconds) / max(1, len(m.mark_seconds)), 1)
+    result.notes["rows_per_purge"] = round(m.records_purged / purges)
+    result.notes["purge_ms"] = round(1000 * sum(m.purge_seconds) / max(1, len(m.purge_seconds)), 1)
 
 
 def verify(bootstrap: str, topic: str, expected: list[tuple[str, bytes]], result: Result) -> None:
@@ -231,7 +247,7 @@ def run_drain(args: argparse.Namespace, bootstrap: str, result: Result) -> None:
     create_topic(bootstrap, topic, 10)
     prefill_in_child(args, table, topic, result)
     rss = RssSampler()
-    h = harvester(args.database, table, bootstrap)
+    h = harvester(args.database, table, bootstrap, json.loads(args.limits), json.loads(args.producer_config))
     h.start()
     try:
         while not h.is_leader:
@@ -256,6 +272,7 @@ def run_drain(args: argparse.Namespace, bootstrap: str, result: Result) -> None:
     finally:
         h.stop()
         h.join(60)
+    engine_notes(h, result)
     result.peak_rss_mib = rss.stop()
     result.records_per_second = result.records / result.seconds
     result.statements_per_1000 = counter.count * 1000 / result.records
@@ -296,32 +313,46 @@ def _steady_writer(database: str, table: str, topic: str, writer: int, writers: 
     engine.dispose()
 
 
-def _steady_reader(bootstrap: str, topic: str, expect_file: str, out: str, timeout: float) -> None:
-    """Read the topic as it fills; write each message's commit -> read latency to ``out``."""
-    from confluent_kafka import Consumer, TopicPartition
+class AckClock:
+    """Kafka clients whose producer notes commit -> ack latency: for each record stamped with a
+    ``ts`` header (the writer's time just before commit), the time its delivery report came
+    back. Measured inside the harvester, on the acknowledgement itself."""
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
-                         "fetch.wait.max.ms": 10})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(10)])
-    latencies: list[float] = []
-    deadline = time.monotonic() + timeout
-    target = None
-    while time.monotonic() < deadline:
-        for m in consumer.consume(1000, 0.1):
-            if m.error() is None:
-                latencies.append(time.time() - float(dict(m.headers())["ts"]))
-        if target is None and os.path.exists(expect_file):
-            target = int(Path(expect_file).read_text())
-        if target is not None and len(latencies) >= target:
-            break
-    consumer.close()
-    Path(out).write_text(json.dumps(latencies))
+    def __init__(self) -> None:
+        from pyharvest.bindings.kafka.confluent import ConfluentClients
+
+        self.latencies: list[float] = []
+        self._clients = ConfluentClients()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._clients, name)
+
+    def producer(self, config: dict[str, object]) -> object:
+        from pyharvest.bindings.kafka.confluent import ConfluentProducer
+
+        sink = self.latencies
+
+        class TimedProducer(ConfluentProducer):
+            def produce(self, topic, key, value, headers, on_delivery, partition=None):  # type: ignore[no-untyped-def]
+                for name, stamp in headers:
+                    if name == "ts":
+                        committed, inner = float(stamp), on_delivery
+
+                        def on_delivery(err, committed=committed, inner=inner):  # type: ignore[no-untyped-def]
+                            if err is None:
+                                sink.append(time.time() - committed)
+                            inner(err)
+
+                        break
+                super().produce(topic, key, value, headers, on_delivery, partition)
+
+        return TimedProducer(config)
 
 
 def run_steady(args: argparse.Namespace, bootstrap: str, result: Result) -> None:
-    """Writer processes stash at an offered rate while the harvester runs; a reader process
-    measures commit -> read latency (an upper bound of commit -> ack). Only the harvester runs
-    in this process, so its CPU time and memory are its own, as they would be beside a service."""
+    """Writer processes stash at an offered rate while the harvester runs; the harvester's
+    producer notes commit -> ack latency (:class:`AckClock`). Only the harvester runs in this
+    process, so its CPU time and memory are its own, as they would be beside a service."""
     import multiprocessing as mp
 
     from pyharvest.bindings.sql import create_outbox_table
@@ -334,15 +365,14 @@ def run_steady(args: argparse.Namespace, bootstrap: str, result: Result) -> None
     work = Path(tempfile.mkdtemp(prefix="pyharvest-bench-"))
     ctx = mp.get_context("spawn")
     rss = RssSampler()
-    h = harvester(args.database, table, bootstrap)
+    clock = AckClock()
+    h = harvester(args.database, table, bootstrap, json.loads(args.limits), json.loads(args.producer_config),
+                  kafka=clock)
     h.start()
     while not h.is_leader:
         time.sleep(0.01)
     counter = StatementCounter(h.binding.engine)  # type: ignore[union-attr]
     counter.enabled = True
-    reader = ctx.Process(target=_steady_reader, args=(bootstrap, topic, str(work / "count"), str(work / "lat.json"),
-                                                      args.duration + 120))
-    reader.start()
     procs = [ctx.Process(target=_steady_writer, args=(args.database, table, topic, w, writers, args.rate,
                                                       args.duration, result.keys, str(work / f"w{w}.tsv")))
              for w in range(writers)]
@@ -358,15 +388,14 @@ def run_steady(args: argparse.Namespace, bootstrap: str, result: Result) -> None
         for line in (work / f"w{w}.tsv").read_text().splitlines():
             k, v = line.split("\t")
             expected.append((k, v.encode()))
-    (work / "count").write_text(str(len(expected)))
     while h.metrics.records_purged < len(expected) and time.monotonic() - started < args.duration + 120:
         time.sleep(0.005)
     drained_seconds = time.monotonic() - started  # first commit -> last purge
-    reader.join(args.duration + 150)
     counter.enabled = False
     result.cpu_seconds = time.process_time() - cpu0
     h.stop()
     h.join(60)
+    engine_notes(h, result)
     result.peak_rss_mib = rss.stop()
     result.records = len(expected)
     result.seconds = offered_seconds
@@ -375,7 +404,7 @@ def run_steady(args: argparse.Namespace, bootstrap: str, result: Result) -> None
     # purge. A harvester that keeps up finishes just after the writers do.
     result.records_per_second = h.metrics.records_purged / drained_seconds
     result.statements_per_1000 = counter.count * 1000 / max(1, len(expected))
-    lat = sorted(json.loads((work / "lat.json").read_text()))
+    lat = sorted(clock.latencies)
     if lat:
         result.latency_ms_p50 = lat[len(lat) // 2] * 1000
         result.latency_ms_p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000
@@ -477,7 +506,8 @@ def parent(args: argparse.Namespace) -> int:
         for name in args.scenarios.split(","):
             cmd = [sys.executable, "-m", "benchmarks.harvest_bench", "--child", "--scenario", name,
                    "--database", args.database, "--bootstrap", bootstrap, "--rate", str(args.rate),
-                   "--duration", str(args.duration)] + (["--quick"] if args.quick else [])
+                   "--duration", str(args.duration), "--limits", args.limits, "--producer-config", args.producer_config]
+            cmd += ["--quick"] if args.quick else []
             print(f"running {name} ...", file=sys.stderr, flush=True)
             proc = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent,
                                   env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent)})
@@ -528,6 +558,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=10_000, help="offered records/s in the steady scenario")
     p.add_argument("--duration", type=float, default=20, help="seconds of the steady scenario")
     p.add_argument("--quick", action="store_true", help="small sizes: correctness, not timing")
+    p.add_argument("--limits", default="{}", help='harvester limits as JSON, e.g. \'{"markQueryRecords": 100}\'')
+    p.add_argument("--producer-config", default="{}", help='producer properties as JSON, e.g. \'{"linger.ms": 5}\'')
     p.add_argument("--json", default=None)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--scenario", default=None, help=argparse.SUPPRESS)

@@ -50,6 +50,19 @@ def pyharvest_engine_options(url: sa.URL) -> Mapping[str, Any]:
 
 
 @hookimpl
+def pyharvest_on_connect(dbapi_connection: Any, url: sa.URL) -> None:
+    # Timestamps come back aware either way; under the name "UTC" psycopg parses them on a fast
+    # path, more than twice as fast as under "Etc/UTC" (the usual server default): a mark
+    # returns a create_time per row. Only the harvester's own sessions are touched.
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("SET TIME ZONE 'UTC'")
+    finally:
+        cursor.close()
+    dbapi_connection.commit()
+
+
+@hookimpl
 def pyharvest_table_layouts() -> Sequence[str]:
     return (NATIVE, GOHARVEST)
 
