@@ -201,20 +201,29 @@ def bare_produce_rate(bootstrap: str, topic: str, messages: list[tuple[str, byte
     return acked[0] / elapsed
 
 
-def harvester(url: str, table: str, bootstrap: str, limits: dict[str, object] | None = None,
-              producer: dict[str, object] | None = None, kafka: object = None):  # noqa: ANN201
-    """The harvester under test: default limits unless ``--limits`` gives some (goharvest's
-    names: ``{"markQueryRecords": 100}``), producer properties from ``--producer-config``."""
-    from pyharvest import Config, Harvest, Limits
+def settings(args: argparse.Namespace) -> tuple[object, dict[str, object]]:
+    """``--limits`` (goharvest's names: ``{"markQueryRecords": 100}``) and ``--producer-config``,
+    parsed and validated; a ``ConfigError`` or ``ValueError`` names what is wrong."""
+    from pyharvest import Limits
 
-    lim = Limits.from_mapping({"heartbeatTimeout": "2s", **(limits or {})}, "--limits")
+    limits, producer = json.loads(args.limits), json.loads(args.producer_config)
+    if not isinstance(producer, dict):
+        raise ValueError(f"--producer-config: expected a JSON object, got {args.producer_config!r}")
+    return Limits.from_mapping({"heartbeatTimeout": "2s", **limits}, "--limits"), producer
+
+
+def harvester(args: argparse.Namespace, table: str, bootstrap: str, kafka: object = None):  # noqa: ANN201
+    """The harvester under test, with the run's limits and producer properties."""
+    from pyharvest import Config, Harvest
+
+    lim, producer = settings(args)
     cfg = Config(
         base_kafka_config={"bootstrap.servers": bootstrap},
-        producer_kafka_config=dict(producer or {}),
+        producer_kafka_config=producer,
         leader_group_id=f"bench-{uuid.uuid4().hex[:8]}",
-        data_source=url,
+        data_source=args.database,
         outbox_table=table,
-        limits=lim,
+        limits=lim,  # type: ignore[arg-type]
     )
     return Harvest(cfg, kafka=kafka)  # type: ignore[arg-type]
 
@@ -247,7 +256,7 @@ def run_drain(args: argparse.Namespace, bootstrap: str, result: Result) -> None:
     create_topic(bootstrap, topic, 10)
     prefill_in_child(args, table, topic, result)
     rss = RssSampler()
-    h = harvester(args.database, table, bootstrap, json.loads(args.limits), json.loads(args.producer_config))
+    h = harvester(args, table, bootstrap)
     h.start()
     try:
         while not h.is_leader:
@@ -366,8 +375,7 @@ def run_steady(args: argparse.Namespace, bootstrap: str, result: Result) -> None
     ctx = mp.get_context("spawn")
     rss = RssSampler()
     clock = AckClock()
-    h = harvester(args.database, table, bootstrap, json.loads(args.limits), json.loads(args.producer_config),
-                  kafka=clock)
+    h = harvester(args, table, bootstrap, kafka=clock)
     h.start()
     while not h.is_leader:
         time.sleep(0.01)
@@ -500,6 +508,11 @@ def _db_label(url: str) -> str:
 def parent(args: argparse.Namespace) -> int:
     from pyharvest.bindings.kafka.embedded import EmbeddedBroker
 
+    try:
+        settings(args)  # before starting anything: a typo should not cost a broker start-up
+    except ValueError as e:  # json.JSONDecodeError and ConfigError are ValueErrors
+        print(f"harvest_bench: {e}", file=sys.stderr)
+        return 2
     results: list[Result] = []
     with EmbeddedBroker() if not args.bootstrap else _Null() as broker:
         bootstrap = args.bootstrap or broker.bootstrap_servers
