@@ -63,6 +63,8 @@ def test_applies_each_message_once_and_drops_republished_copies(
     config = inbox_config(kafka_config, database_url, topic, table_name)
     with Inbox(config, recording_handler(applied)) as inbox:
         wait_for(lambda: (checkpoint(engine, table_name, config.group_id) or (None,))[0] == 6, 30, "offset 6 committed")
+        # The counters move just after the database commit the checkpoint shows.
+        wait_for(lambda: inbox.stats.applied + inbox.stats.duplicates_dropped >= 6, 5, "the commit's counters")
         stats = inbox.stats
     got = rows(engine, applied)
     assert [(o, k, v) for o, k, v, _ in got] == [
@@ -236,6 +238,7 @@ def test_dead_letter_parks_the_key_and_replays_in_order(
         ]
         with engine.connect() as c:
             assert "bad payload" in c.execute(sa.select(dl.c.error).where(dl.c.status == "dead")).scalar_one()
+        wait_for(lambda: inbox.stats.dead_lettered + inbox.stats.parked >= 3, 5, "the commit's counters")
         stats = inbox.stats
         assert (stats.dead_lettered, stats.parked) == (1, 2)
         # The operator fixes the handler and asks for a replay; the owner applies k1's stored
