@@ -18,6 +18,7 @@ import pluggy
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
+    from pyharvest.bindings.sql.bulk import BulkWriter
     from pyharvest.bindings.sql.marking import MarkStrategy
     from pyharvest.bindings.sql.outbox import OutboxTable
 
@@ -91,3 +92,11 @@ def pyharvest_id_filter(id_column: sa.ColumnElement[int]) -> sa.ColumnElement[bo
     """A ``WHERE`` clause matching ``id_column`` against a list bound as parameter ``ids``,
     for purge and reset; default ``id_column IN (expanding :ids)``. PostgreSQL binds one
     array instead (``= ANY(:ids)``), keeping one cached statement for every batch size."""
+
+
+@hookspec(firstresult=True)
+def pyharvest_bulk_writer(connection: sa.Connection, table: OutboxTable) -> BulkWriter | None:
+    """A faster way than ``executemany`` for the stasher to insert many records into
+    ``table`` (PostgreSQL: ``COPY``), or None where the driver or the table does not allow it.
+    Asked once per engine and table, on one of the application's connections inside its
+    transaction (so any look-up must only read); the answer is cached."""

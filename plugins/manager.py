@@ -21,6 +21,7 @@ from pyharvest.plugins import hookspecs
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
+    from pyharvest.bindings.sql.bulk import BulkWriter
     from pyharvest.bindings.sql.marking import MarkStrategy
     from pyharvest.bindings.sql.outbox import OutboxTable
 
@@ -99,6 +100,10 @@ class Dialect:
 
             clause = id_column.in_(sa.bindparam("ids", expanding=True))
         return clause
+
+    def bulk_writer(self, connection: sa.Connection, table: OutboxTable) -> BulkWriter | None:
+        writer: BulkWriter | None = self._hook.pyharvest_bulk_writer(connection=connection, table=table)
+        return writer
 
 
 _loaded: dict[str, Dialect] = {}

@@ -14,6 +14,12 @@ For many records, prepare once and reuse the statement::
     for r in records:
         writer.stash(r)          # or writer.stash_many(records): one executemany
 
+``stash_many`` (and a :meth:`Stasher.batch` flush) of 16 records or more uses the dialect's
+bulk writer where it has one: on PostgreSQL with psycopg 3, ``COPY … FROM STDIN`` into the
+same transaction, several times cheaper than ``executemany``. ``COPY`` bypasses SQLAlchemy's
+statement events (``before_cursor_execute``, ``echo``); ``Stasher(..., bulk=False)`` keeps
+every write an ``INSERT``.
+
 With asyncio, the same on an :class:`~sqlalchemy.ext.asyncio.AsyncConnection` or
 :class:`~sqlalchemy.ext.asyncio.AsyncSession`::
 
@@ -41,9 +47,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import sqlalchemy as sa
 
 from pyharvest import tracing
+from pyharvest.bindings.sql.bulk import BulkWriter
 from pyharvest.bindings.sql.identifiers import TableName, parse_table_name
 from pyharvest.bindings.sql.outbox import GOHARVEST, NATIVE, OutboxTable
+from pyharvest.core.errors import BindingError
 from pyharvest.core.records import Header, OutboxRecord, validate_record
+from pyharvest.plugins.manager import dialect_for_backend, load_dialect
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
@@ -58,6 +67,10 @@ _lock = threading.Lock()
 _statements: dict[tuple[str, TableName, str], tuple[OutboxTable, sa.Insert]] = {}
 # engine → table → layout; weak so that disposed engines do not linger
 _layouts: weakref.WeakKeyDictionary[sa.Engine, dict[TableName, str]] = weakref.WeakKeyDictionary()
+# engine → (table, layout) → the dialect's bulk writer, or None where it has none
+_bulk_writers: weakref.WeakKeyDictionary[sa.Engine, dict[tuple[TableName, str], BulkWriter | None]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _connection(tx: sa.Connection | Session) -> sa.Connection:
@@ -111,6 +124,23 @@ async def _alayout_of(conn: AsyncConnection, table: TableName) -> str:
         return known
     # Inspection is synchronous in SQLAlchemy; run_sync runs it on the async driver.
     return await conn.run_sync(_layout_of, table)
+
+
+def _bulk_writer_of(conn: sa.Connection, outbox: OutboxTable) -> BulkWriter | None:
+    key = (outbox.name, outbox.layout)
+    with _lock:
+        known = _bulk_writers.get(conn.engine)
+        if known is not None and key in known:
+            return known[key]
+    try:
+        dialect = load_dialect(dialect_for_backend(conn.dialect.name))
+    except BindingError:
+        writer = None  # no pyharvest dialect for this database: executemany serves
+    else:
+        writer = dialect.bulk_writer(conn, outbox)
+    with _lock:
+        _bulk_writers.setdefault(conn.engine, {})[key] = writer
+    return writer
 
 
 def _statement(dialect: str, table: TableName, layout: str) -> tuple[OutboxTable, sa.Insert]:
@@ -181,17 +211,33 @@ class _Prepared(Generic[C]):
 class PreparedStasher(_Prepared[sa.Connection]):
     """Stashes records on one connection with one statement; see :meth:`Stasher.prepare`."""
 
-    __slots__ = ()
+    __slots__ = ("bulk",)
+
+    def __init__(
+        self, conn: sa.Connection, outbox: OutboxTable, insert: sa.Insert, propagate_trace: bool = False,
+        bulk: bool = True,
+    ) -> None:
+        super().__init__(conn, outbox, insert, propagate_trace)
+        self.bulk = bulk
 
     def stash(self, record: OutboxRecord) -> None:
         self._conn.execute(self._insert, self._params(record))
 
     def stash_many(self, records: Iterable[OutboxRecord]) -> int:
-        """Validate all, then insert all in one executemany; return how many."""
+        """Validate all, then insert all in one executemany (or the dialect's bulk writer,
+        e.g. ``COPY``, for a large enough batch); return how many."""
         params = self._params_many(records)
-        if params:
-            self._conn.execute(self._insert, params)
+        self._write(params)
         return len(params)
+
+    def _write(self, params: list[dict[str, Any]]) -> None:
+        if not params:
+            return
+        if self.bulk and len(params) > 1:
+            writer = _bulk_writer_of(self._conn, self.outbox)
+            if writer is not None and len(params) >= writer.min_rows and writer(self._conn, params):
+                return
+        self._conn.execute(self._insert, params)
 
 
 class AsyncPreparedStasher(_Prepared["AsyncConnection"]):
@@ -234,8 +280,7 @@ class BatchStasher:
 
     def flush(self) -> None:
         buffered, self._buffer = self._buffer, []
-        if buffered:
-            self._prepared._conn.execute(self._prepared._insert, buffered)
+        self._prepared._write(buffered)
 
     def __enter__(self) -> BatchStasher:
         return self
@@ -254,26 +299,39 @@ class Stasher:
     ``propagate_trace=True`` adds the current OpenTelemetry trace's ``traceparent`` and
     ``tracestate`` headers to each record without a ``traceparent`` (after validation; a
     no-op without OpenTelemetry or outside a span).
+
+    ``bulk=False`` keeps every write an ``INSERT`` (by default a large ``stash_many`` uses the
+    dialect's bulk writer, such as PostgreSQL's ``COPY``, which SQLAlchemy's statement events
+    do not see).
     """
 
     def __init__(
-        self, table: str | TableName = "outbox", *, layout: str | None = None, propagate_trace: bool = False
+        self,
+        table: str | TableName = "outbox",
+        *,
+        layout: str | None = None,
+        propagate_trace: bool = False,
+        bulk: bool = True,
     ) -> None:
         self.table = parse_table_name(table)
         if layout is not None and layout not in (NATIVE, GOHARVEST):
             raise ValueError(f"unknown outbox layout {layout!r}; expected {NATIVE!r} or {GOHARVEST!r}")
         self.layout = layout
         self.propagate_trace = propagate_trace
+        self.bulk = bulk
 
     def __repr__(self) -> str:
-        return f"Stasher(table={str(self.table)!r}, layout={self.layout!r}, propagate_trace={self.propagate_trace!r})"
+        return (
+            f"Stasher(table={str(self.table)!r}, layout={self.layout!r}, "
+            f"propagate_trace={self.propagate_trace!r}, bulk={self.bulk!r})"
+        )
 
     def prepare(self, tx: sa.Connection | Session) -> PreparedStasher:
         """A stasher bound to ``tx``'s connection (and so to its transaction)."""
         conn = _connection(tx)
         layout = self.layout or _layout_of(conn, self.table)
         outbox, insert = _statement(conn.dialect.name, self.table, layout)
-        return PreparedStasher(conn, outbox, insert, self.propagate_trace)
+        return PreparedStasher(conn, outbox, insert, self.propagate_trace, self.bulk)
 
     async def aprepare(self, tx: AsyncTx) -> AsyncPreparedStasher:
         """:meth:`prepare` for an ``AsyncConnection`` or ``AsyncSession``."""

@@ -64,6 +64,27 @@ def test_goharvest_table_is_recognised_and_round_trips(pg: tuple[str, str, sa.En
         binding.dispose()
 
 
+def test_a_large_goharvest_batch_round_trips(pg: tuple[str, str, sa.Engine]) -> None:
+    # Large enough for COPY: header arrays and text values must land as the INSERT stores them.
+    url, table, engine = pg
+    records = [
+        OutboxRecord("t", f"k{i}", None if i % 5 == 0 else f"väl\t{i}\n", (("a", str(i)), ("b,{}", b'q"uote\\')))
+        for i in range(40)
+    ]
+    with engine.begin() as tx:
+        Stasher(table).stash_many(tx, records)
+    binding = create_binding(url, table)
+    try:
+        got = binding.mark(str(uuid.uuid4()), 100)
+        # The goharvest layout stores text: values come back as UTF-8 bytes, header values as str.
+        assert [(r.key, r.value, tuple(r.headers)) for r in got] == [
+            (f"k{i}", None if i % 5 == 0 else f"väl\t{i}\n".encode(), (("a", str(i)), ("b,{}", 'q"uote\\')))
+            for i in range(40)
+        ]
+    finally:
+        binding.dispose()
+
+
 def test_a_row_written_by_goharvest_style_sql_is_harvested(pg: tuple[str, str, sa.Engine]) -> None:
     url, table, engine = pg
     with engine.begin() as c:

@@ -63,3 +63,83 @@ def test_bad_arguments() -> None:
     with pytest.raises(InvalidRecordError):
         stash(object(), "not a record")  # type: ignore[arg-type]
     assert stasher_module.__all__
+
+
+def test_stashed_columns_are_what_the_encoder_writes() -> None:
+    from pyharvest.bindings.sql import GOHARVEST, NATIVE, OutboxTable, parse_table_name
+
+    record = OutboxRecord("t", "k", b"v", (("h", "v"),))
+    for layout in (NATIVE, GOHARVEST):
+        table = OutboxTable.build(parse_table_name("outbox"), layout)
+        assert set(table.encode(record, table.now())) == set(table.stashed_columns)
+
+
+def _records(n: int, key: str = "k") -> list[OutboxRecord]:
+    return [OutboxRecord("bulk", f"{key}{i}", f"v{i}".encode(), (("h", str(i)),)) for i in range(n)]
+
+
+@pytest.fixture
+def pg_outbox(outbox, dialect: str):  # type: ignore[no-untyped-def]
+    if dialect != "postgresql":
+        pytest.skip("COPY is PostgreSQL's bulk writer")
+    binding, engine, table = outbox
+    statements: list[str] = []
+    sa.event.listen(engine, "before_cursor_execute", lambda _c, _cur, stmt, *_: statements.append(stmt))
+    return binding, engine, table, statements
+
+
+def _inserts(statements: list[str]) -> int:
+    return sum(1 for s in statements if s.lstrip().upper().startswith("INSERT"))
+
+
+def test_postgresql_stashes_a_large_batch_with_copy_on_psycopg(pg_outbox) -> None:  # type: ignore[no-untyped-def]
+    binding, engine, table, statements = pg_outbox
+    copy = engine.dialect.driver == "psycopg"  # psycopg2 keeps executemany
+    with engine.begin() as tx:
+        Stasher(table).stash_many(tx, _records(100, "a"))
+    assert _inserts(statements) == (0 if copy else 1)
+    statements.clear()
+    with engine.begin() as tx:
+        Stasher(table, bulk=False).stash_many(tx, _records(100, "b"))  # opted out
+        Stasher(table).stash_many(tx, _records(15, "c"))  # below COPY_MIN_ROWS
+    assert _inserts(statements) == 2
+    got = binding.mark(str(uuid.uuid4()), 300)
+    assert [(r.key, r.value, tuple(r.headers)) for r in got] == [
+        (r.key, r.value, tuple(r.headers)) for r in _records(100, "a") + _records(100, "b") + _records(15, "c")
+    ]
+
+
+def test_postgresql_keeps_insert_for_a_table_with_row_level_security(pg_outbox) -> None:  # type: ignore[no-untyped-def]
+    binding, engine, table, statements = pg_outbox
+    with engine.begin() as tx:
+        tx.exec_driver_sql(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")  # COPY FROM refuses such tables
+    with engine.begin() as tx:
+        Stasher(table).stash_many(tx, _records(50))
+    assert _inserts(statements) == 1
+    assert len(binding.mark(str(uuid.uuid4()), 100)) == 50
+
+
+def test_postgresql_copy_errors_are_sqlalchemy_errors_and_write_nothing(pg_outbox) -> None:  # type: ignore[no-untyped-def]
+    binding, engine, table, _ = pg_outbox
+    too_long = [*_records(30), OutboxRecord("bulk", "k" * 300, b"v")]  # kafka_key is VARCHAR(255)
+    with pytest.raises(sa.exc.DataError, match="too long"), engine.begin() as tx:
+        Stasher(table).stash_many(tx, too_long)
+    with engine.connect() as conn:  # the failed transaction was rolled back; the connection is usable
+        Stasher(table).stash_many(conn, _records(20))
+        conn.commit()
+    assert [r.key for r in binding.mark(str(uuid.uuid4()), 100)] == [f"k{i}" for i in range(20)]
+
+
+def test_postgresql_falls_back_to_insert_in_psycopg_pipeline_mode(pg_outbox) -> None:  # type: ignore[no-untyped-def]
+    binding, engine, table, statements = pg_outbox
+    if engine.dialect.driver != "psycopg":
+        pytest.skip("pipeline mode is psycopg 3's")
+    with engine.begin() as tx:  # outside pipeline mode: COPY (and the layout and writer are looked up, and cached)
+        Stasher(table).stash_many(tx, _records(40, "a"))
+    assert _inserts(statements) == 0
+    with engine.connect() as conn:
+        with conn.connection.driver_connection.pipeline():  # type: ignore[union-attr]
+            Stasher(table).stash_many(conn, _records(40, "b"))
+        conn.commit()
+    assert _inserts(statements) == 1
+    assert [r.key for r in binding.mark(str(uuid.uuid4()), 100)] == [f"{k}{i}" for k in "ab" for i in range(40)]

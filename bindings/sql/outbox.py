@@ -220,6 +220,12 @@ class OutboxTable:
         return list(self.table.c)
 
     @property
+    def stashed_columns(self) -> tuple[str, ...]:
+        """The columns a stash writes, in table order: every one but ``id`` (generated) and
+        ``leader_id`` (NULL until marked). They are the keys of :attr:`encode`'s result."""
+        return tuple(c.name for c in self.table.c if c.name not in ("id", "leader_id"))
+
+    @property
     def id(self) -> sa.Column[Any]:
         return self.table.c.id
 

@@ -211,6 +211,33 @@ class DialectConformance:
             for _, v in r.headers:
                 assert type(v) in (str, bytes)
 
+    def test_a_large_batch_round_trips_exactly(self, outbox: ConformanceOutbox) -> None:
+        # Large enough for a dialect's bulk writer (PostgreSQL: COPY): it must store what the INSERT would.
+        records = self.ROUND_TRIP * 4
+        outbox.stash(*records)
+        got = outbox.binding.mark(_leader(), 100)
+        assert [(r.topic, r.key, r.value, tuple(r.headers)) for r in got] == [
+            (r.topic, r.key, r.value, tuple(r.headers)) for r in records
+        ]
+
+    def test_a_large_batch_commits_and_rolls_back_with_the_caller(self, outbox: ConformanceOutbox) -> None:
+        def batch(name: str) -> list[OutboxRecord]:
+            return [OutboxRecord("bulk", f"{name}{i}", b"v") for i in range(40)]
+
+        with outbox.engine.connect() as conn:
+            # No begin(): the stash begins the transaction (as execute would) and commit() ends it.
+            assert outbox.stasher.stash_many(conn, batch("kept")) == 40
+            conn.commit()
+            outbox.stasher.stash_many(conn, batch("never-committed"))
+        with outbox.engine.connect() as conn:
+            outbox.stasher.stash_many(conn, batch("rolled-back"))
+            conn.rollback()
+        with outbox.engine.begin() as tx, outbox.stasher.batch(tx, flush_every=25) as out:
+            for r in batch("batched"):
+                out.stash(r)
+        got = outbox.binding.mark(_leader(), 200)
+        assert [r.key for r in got] == [f"kept{i}" for i in range(40)] + [f"batched{i}" for i in range(40)]
+
     def test_str_value_is_stored_as_utf8_bytes(self, outbox: ConformanceOutbox) -> None:
         outbox.stash(OutboxRecord("rt", "k", "naïve"))
         assert outbox.binding.mark(_leader(), 1)[0].value == "naïve".encode()
