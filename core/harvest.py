@@ -457,7 +457,8 @@ class Harvest:
             headers = rec.headers
             if stamp is not None:
                 # Consumers drop re-published copies by this identity (see pyharvest.inbox).
-                headers = (*headers, stamp, (RECORD_ID_HEADER, str(rec.id)))
+                # A list: the Kafka client takes it as it is, where a tuple would be copied.
+                headers = [*headers, stamp, (RECORD_ID_HEADER, str(rec.id))]
             try:
                 producer.produce(rec.topic, rec.key, rec.value, headers, flight)
             except ProduceError as e:
