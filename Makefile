@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "pyharvest needs Python 3.11 or newer")'
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip setuptools wheel
 	$(VENV)/bin/python -m pip install --quiet -e '.[test,embedded,postgresql,mysql]'
 	@touch $@
 
