@@ -143,6 +143,11 @@ def _bulk_writer_of(conn: sa.Connection, outbox: OutboxTable) -> BulkWriter | No
     return writer
 
 
+def _forget_bulk_writer(engine: sa.Engine, outbox: OutboxTable) -> None:
+    with _lock:
+        _bulk_writers.get(engine, {}).pop((outbox.name, outbox.layout), None)
+
+
 def _statement(dialect: str, table: TableName, layout: str) -> tuple[OutboxTable, sa.Insert]:
     key = (dialect, table, layout)
     found = _statements.get(key)
@@ -233,11 +238,19 @@ class PreparedStasher(_Prepared[sa.Connection]):
     def _write(self, params: list[dict[str, Any]]) -> None:
         if not params:
             return
+        writer: BulkWriter | None = None
         if self.bulk and len(params) > 1:
             writer = _bulk_writer_of(self._conn, self.outbox)
             if writer is not None and len(params) >= writer.min_rows and writer(self._conn, params):
                 return
-        self._conn.execute(self._insert, params)
+        try:
+            self._conn.execute(self._insert, params)
+        except sa.exc.DBAPIError:
+            if self.bulk and writer is None:
+                # The dialect may have declined for want of the table, which is why this failed
+                # too: ask it again once the table exists rather than keep executemany for good.
+                _forget_bulk_writer(self._conn.engine, self.outbox)
+            raise
 
 
 class AsyncPreparedStasher(_Prepared["AsyncConnection"]):

@@ -109,6 +109,27 @@ def test_postgresql_stashes_a_large_batch_with_copy_on_psycopg(pg_outbox) -> Non
     ]
 
 
+def test_postgresql_uses_copy_once_a_missing_table_exists(pg_outbox) -> None:  # type: ignore[no-untyped-def]
+    # With the layout given there is no look-up to fail first: the dialect is asked for a
+    # bulk writer while the table is missing and declines. That answer must not stick.
+    from pyharvest.bindings.sql import NATIVE
+
+    binding, engine, table, statements = pg_outbox
+    if engine.dialect.driver != "psycopg":
+        pytest.skip("COPY is psycopg 3's")
+    with engine.begin() as tx:
+        tx.exec_driver_sql(f"ALTER TABLE {table} RENAME TO {table}_away")
+    with pytest.raises(sa.exc.ProgrammingError, match="does not exist"), engine.begin() as tx:
+        Stasher(table, layout=NATIVE).stash_many(tx, _records(30, "a"))
+    with engine.begin() as tx:
+        tx.exec_driver_sql(f"ALTER TABLE {table}_away RENAME TO {table}")
+    statements.clear()
+    with engine.begin() as tx:
+        Stasher(table, layout=NATIVE).stash_many(tx, _records(30, "b"))
+    assert _inserts(statements) == 0
+    assert [r.key for r in binding.mark(str(uuid.uuid4()), 100)] == [f"b{i}" for i in range(30)]
+
+
 def test_postgresql_keeps_insert_for_a_table_with_row_level_security(pg_outbox) -> None:  # type: ignore[no-untyped-def]
     binding, engine, table, statements = pg_outbox
     with engine.begin() as tx:
