@@ -56,6 +56,18 @@ def test_stop_frees_the_port() -> None:
     assert not _listening(broker.port)
 
 
+def test_stop_frees_the_port_even_if_the_guard_was_killed() -> None:
+    broker = EmbeddedBroker().start()
+    try:
+        assert broker.pid is not None
+        os.kill(broker.pid, signal.SIGKILL)  # the broker itself lives on, guardless
+        time.sleep(0.2)
+        assert _listening(broker.port)
+    finally:
+        broker.stop()
+    assert not _listening(broker.port)
+
+
 def test_a_port_in_use_is_refused_with_a_clear_error() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -13,10 +13,12 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from types import FrameType
 
 # A broker that ignores SIGTERM this long is killed.
 STOP_GRACE_SECONDS = 5.0
+POLL_SECONDS = 0.1
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -32,21 +34,32 @@ def main(argv: list[str]) -> int:
     if not argv:
         sys.stderr.write("usage: python broker_guard.py BINARY [ARGS...]\n")
         return 2
-    # The broker gets no stdin: it must not hold the owner's pipe open itself.
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)  # noqa: S603 - the owner's fixed command
+    # A plain flag, polled: an Event's lock is not safe to take in a signal handler, which
+    # may interrupt the main thread while it holds that very lock.
+    stopping: list[bool] = []
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:
-        threading.Thread(target=_stop, args=(proc,), daemon=True).start()
+        stopping.append(True)
 
+    # Before the broker starts: a stop asked for during start-up must not be lost.
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
     def watch_owner() -> None:
         # Returns at end of file: the owner closed the pipe or no longer exists.
         sys.stdin.buffer.read()
-        _stop(proc)
+        stopping.append(True)
 
     threading.Thread(target=watch_owner, daemon=True).start()
+    if stopping:
+        return 0
+    # The broker gets no stdin: it must not hold the owner's pipe open itself.
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)  # noqa: S603 - the owner's fixed command
+    while not stopping:
+        if proc.poll() is not None:
+            return proc.returncode
+        time.sleep(POLL_SECONDS)
+    _stop(proc)
     return proc.wait()
 
 

@@ -142,6 +142,9 @@ class EmbeddedBroker:
                 except subprocess.TimeoutExpired:
                     _kill_group(proc)
                     proc.wait(timeout)
+            # Normally the group is empty by now; this catches a broker whose guard did not
+            # live to stop it.
+            _kill_group(proc)
             if proc.stdin is not None:
                 with contextlib.suppress(OSError):
                     proc.stdin.close()
