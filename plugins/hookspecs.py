@@ -99,4 +99,5 @@ def pyharvest_bulk_writer(connection: sa.Connection, table: OutboxTable) -> Bulk
     """A faster way than ``executemany`` for the stasher to insert many records into
     ``table`` (PostgreSQL: ``COPY``), or None where the driver or the table does not allow it.
     Asked once per engine and table, on one of the application's connections inside its
-    transaction (so any look-up must only read); the answer is cached."""
+    transaction (so any look-up must only read); the answer is cached. A None is asked again
+    after an ``INSERT`` into the table fails: it may have come from a table not yet created."""
