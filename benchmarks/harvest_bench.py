@@ -19,8 +19,8 @@ import random
 import resource
 import shutil
 import subprocess
-import tempfile
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -248,8 +248,9 @@ def verify(bootstrap: str, topic: str, expected: list[tuple[str, bytes]], result
 
 
 def run_drain(args: argparse.Namespace, bootstrap: str, result: Result) -> None:
-    from pyharvest.bindings.sql import create_outbox_table
     from tests_support import create_topic  # type: ignore[import-not-found]
+
+    from pyharvest.bindings.sql import create_outbox_table
 
     table, topic = f"bench_{uuid.uuid4().hex[:8]}", f"bench-{uuid.uuid4().hex[:8]}"
     create_outbox_table(args.database, table)
@@ -399,8 +400,9 @@ def run_steady(args: argparse.Namespace, bootstrap: str, result: Result) -> None
     process, so its CPU time and memory are its own, as they would be beside a service."""
     import multiprocessing as mp
 
-    from pyharvest.bindings.sql import create_outbox_table
     from tests_support import create_topic  # type: ignore[import-not-found]
+
+    from pyharvest.bindings.sql import create_outbox_table
 
     table, topic = f"bench_{uuid.uuid4().hex[:8]}", f"bench-{uuid.uuid4().hex[:8]}"
     create_outbox_table(args.database, table)

@@ -1,10 +1,15 @@
-"""The hooks a dialect plugin may implement.
+"""The hooks a dialect plugin may implement: this module is the plugin API's reference.
 
-Every hook is ``firstresult`` and optional except :func:`pyharvest_dialect_name`: a plugin
-implements only what differs from the generic behaviour, which works on any SQLAlchemy
-dialect that supports ``SELECT … FOR UPDATE`` (or serialises writers, like SQLite). Each
-dialect is loaded into its own plugin manager, so hooks never mix between dialects.
+Every hook is optional except :func:`pyharvest_dialect_name`: a plugin implements only what
+differs from the generic behaviour, which works on any SQLAlchemy dialect that supports
+``SELECT … FOR UPDATE`` (or serialises writers, like SQLite). Hooks that answer a question
+are ``firstresult`` (the plugin's answer, or None for the default); the two that act on an
+engine or a connection (:func:`pyharvest_on_connect`, :func:`pyharvest_configure_engine`)
+are plain hooks, called for their effect. Each dialect is loaded into its own plugin
+manager, so hooks never mix between dialects.
 
+What the hooks take and return (the outbox table, the mark builder, bulk writers,
+capabilities) lives in :mod:`pyharvest.plugins.api`, the one module a plugin imports.
 Hook names carry the ``pyharvest_`` prefix so that a module can hold unrelated functions.
 """
 
@@ -18,9 +23,8 @@ import pluggy
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
-    from pyharvest.bindings.sql.bulk import BulkWriter
-    from pyharvest.bindings.sql.marking import MarkStrategy
-    from pyharvest.bindings.sql.outbox import OutboxTable
+    from pyharvest.plugins.api import BulkWriter, MarkStrategy, OutboxTable
+    from pyharvest.plugins.api.capabilities import Capabilities
 
 __all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
 
@@ -33,6 +37,12 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 @hookspec(firstresult=True)
 def pyharvest_dialect_name() -> str:  # type: ignore[empty-body]
     """The dialect's name: the same as its entry-point name. Required."""
+
+
+@hookspec(firstresult=True)
+def pyharvest_capabilities() -> Capabilities | None:
+    """What the database can do (:class:`~pyharvest.plugins.api.Capabilities`); None for the
+    defaults, which any SQL database meets."""
 
 
 @hookspec(firstresult=True)
@@ -83,21 +93,31 @@ def pyharvest_table_layouts() -> Sequence[str] | None:
 
 @hookspec(firstresult=True)
 def pyharvest_mark_strategy(table: OutboxTable) -> MarkStrategy | None:
-    """How to mark. None selects the generic transactional mark
-    (:class:`pyharvest.bindings.sql.marking.TransactionalMark`)."""
+    """How to mark: a strategy of :mod:`pyharvest.plugins.api` built on
+    :class:`~pyharvest.plugins.api.MarkQuery`, which applies every row filter of ``table``
+    (the quarantine's, and any added later) and the order by id. None selects the generic
+    :class:`~pyharvest.plugins.api.TransactionalMark`. The conformance kit compiles what the
+    strategy runs and checks the row choice."""
 
 
 @hookspec(firstresult=True)
-def pyharvest_id_filter(id_column: sa.ColumnElement[int]) -> sa.ColumnElement[bool] | None:
-    """A ``WHERE`` clause matching ``id_column`` against a list bound as parameter ``ids``,
-    for purge and reset; default ``id_column IN (expanding :ids)``. PostgreSQL binds one
-    array instead (``= ANY(:ids)``), keeping one cached statement for every batch size."""
+def pyharvest_list_filter(column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool] | None:
+    """A ``WHERE`` clause: ``column`` equals one of a list bound as parameter ``name``. Used
+    by purge and reset (``ids``), and by the inbox's and Spark's look-ups. Default
+    ``column IN (expanding :name)``, given at most ``Capabilities.list_limit`` values.
+    PostgreSQL binds one array instead (``= ANY(:name)``), keeping one cached statement for
+    every list length."""
 
 
 @hookspec(firstresult=True)
-def pyharvest_bulk_writer(connection: sa.Connection, table: OutboxTable) -> BulkWriter | None:
-    """A faster way than ``executemany`` for the stasher to insert many records into
-    ``table`` (PostgreSQL: ``COPY``), or None where the driver or the table does not allow it.
-    Asked once per engine and table, on one of the application's connections inside its
-    transaction (so any look-up must only read); the answer is cached. A None is asked again
-    after an ``INSERT`` into the table fails: it may have come from a table not yet created."""
+def pyharvest_bulk_writer(
+    connection: sa.Connection, table: sa.Table, columns: Sequence[str], exact_types: bool
+) -> BulkWriter | None:
+    """A faster way than ``executemany`` to insert many rows of ``columns`` into ``table``
+    (PostgreSQL: ``COPY``), or None where the driver or the table does not allow it. Used by
+    the stasher (the outbox), the inbox (dedupe identities) and Spark. ``exact_types``: the
+    database's columns have exactly ``table``'s types (pyharvest created the table), so a
+    binary protocol may be used. Asked once per engine and table, on one of the
+    application's connections inside its transaction (so any look-up must only read); the
+    caller caches the answer. A None is asked again after an ``INSERT`` into the table
+    fails: it may have come from a table not yet created."""

@@ -1,61 +1,38 @@
 """Microsoft SQL Server 2016+ (and Azure SQL), through pymssql.
 
-Mark: one statement over a CTE, so the choice of rows and their update are atomic::
+Mark: one statement, the shared row choice with a table hint in place of ``FOR UPDATE``::
 
-    WITH oldest AS (SELECT TOP (n) * FROM t WITH (UPDLOCK, ROWLOCK)
-                    WHERE leader_id IS NULL OR leader_id <> :leader_id ORDER BY id)
-    UPDATE oldest SET leader_id = :leader_id OUTPUT inserted.id, …
+    UPDATE t SET leader_id = :leader_id OUTPUT inserted.id, …
+    WHERE t.id IN (SELECT TOP 1000 oldest.id FROM t AS oldest WITH (UPDLOCK, ROWLOCK)
+                   WHERE (oldest.leader_id IS NULL OR oldest.leader_id != :leader_id)
+                     AND <every row filter: quarantine …> ORDER BY oldest.id)
 
-``UPDLOCK`` without ``READPAST``: a locked row is waited for, never skipped (skipping an
-older row of a key would publish the key out of order). ``OUTPUT`` without ``INTO`` is
-refused by SQL Server on a table with enabled triggers; keep the outbox trigger-free.
+``UPDLOCK`` holds the chosen rows until the update commits, so two markers never take the
+same row; without ``READPAST`` a locked row is waited for, never skipped (skipping an older
+row of a key would publish the key out of order). ``OUTPUT`` is SQLAlchemy's rendering of
+``RETURNING``; without ``INTO`` SQL Server refuses it on a table with enabled triggers, so
+keep the outbox trigger-free.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.dialects import mssql
 
-from pyharvest.bindings.sql.marking import MarkStrategy, _PerLimitCache
-from pyharvest.bindings.sql.outbox import KEY_LENGTH, OutboxTable
-from pyharvest.plugins import hookimpl
+from pyharvest.plugins.api import (
+    KEY_LENGTH,
+    Capabilities,
+    MarkQuery,
+    MarkStrategy,
+    OutboxTable,
+    ReturningMark,
+    hookimpl,
+)
 
 NAME = "mssql"
 _preparer = mssql.dialect().identifier_preparer  # type: ignore[no-untyped-call]  # SQLAlchemy's dialect __init__ is unannotated
-
-
-def mark_sql(table: OutboxTable, limit: int) -> str:
-    t = table.name.quoted(_preparer)
-    cols = ", ".join(f"inserted.{_preparer.quote(c.name)}" for c in table.columns)
-    return (
-        f"WITH oldest AS (SELECT TOP ({int(limit)}) * FROM {t} WITH (UPDLOCK, ROWLOCK) "
-        "WHERE leader_id IS NULL OR leader_id <> :leader_id ORDER BY id) "
-        f"UPDATE oldest SET leader_id = :leader_id OUTPUT {cols}"
-    )
-
-
-class MssqlMark:
-    def __init__(self, table: OutboxTable) -> None:
-        self.table = table
-        self._cache = _PerLimitCache()
-
-    def statement(self, limit: int) -> sa.TextualSelect:
-        return self._cache.get(limit, self._build)  # type: ignore[no-any-return]
-
-    def _build(self, limit: int) -> sa.TextualSelect:
-        # Typed columns give the result the layout's conversions (UTC timestamps, bytes).
-        return (
-            sa.text(mark_sql(self.table, limit))
-            .bindparams(sa.bindparam("leader_id", type_=self.table.leader_id.type))
-            .columns(*self.table.columns)
-        )
-
-    def mark(self, connection: sa.Connection, leader_id: str, limit: int) -> Sequence[Sequence[Any]]:
-        with connection.begin():
-            return connection.execute(self.statement(limit), {"leader_id": leader_id}).all()
+LOCK_HINT = "WITH (UPDLOCK, ROWLOCK)"
 
 
 @hookimpl
@@ -66,6 +43,12 @@ def pyharvest_dialect_name() -> str:
 @hookimpl
 def pyharvest_url_backends() -> Sequence[str]:
     return ("mssql",)
+
+
+@hookimpl
+def pyharvest_capabilities() -> Capabilities:
+    # 2,100 parameters a statement: lists stay at the default 1,000.
+    return Capabilities(transactional_ddl=True)
 
 
 @hookimpl
@@ -89,4 +72,5 @@ CREATE TABLE {t} (
 
 @hookimpl
 def pyharvest_mark_strategy(table: OutboxTable) -> MarkStrategy:
-    return MssqlMark(table)
+    # literal=False: SQLAlchemy renders an integer limit as TOP (n), a literal column as ROW_NUMBER().
+    return ReturningMark(MarkQuery(table, table_hint=LOCK_HINT, literal=False))

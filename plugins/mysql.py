@@ -20,8 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
-from pyharvest.bindings.sql.outbox import KEY_LENGTH, OutboxTable
-from pyharvest.plugins import hookimpl
+from pyharvest.plugins.api import KEY_LENGTH, OutboxTable, hookimpl
 
 NAME = "mysql"
 _preparer = mysql.dialect().identifier_preparer

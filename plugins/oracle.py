@@ -1,11 +1,12 @@
 """Oracle Database 12.2+, through python-oracledb in thin mode (no Instant Client).
 
-Mark: ``UPDATE t SET leader_id = :leader_id WHERE id IN (SELECT id FROM t WHERE …
-ORDER BY id FETCH FIRST n ROWS ONLY) RETURNING id INTO :ids``, the ids returned through
-an array bind, then the rows are read back in the same transaction (they are locked by
-the update). Oracle allows no ``FOR UPDATE`` beside ``FETCH FIRST``; a concurrent marker
-instead blocks on the row lock and Oracle restarts its update against the committed rows,
-so a row is never returned to two markers as if both held it.
+Mark: the shared row choice inside one update, ``UPDATE t SET leader_id = :leader_id WHERE
+id IN (SELECT id FROM t WHERE <not ours> AND <every row filter> ORDER BY id FETCH FIRST n
+ROWS ONLY) RETURNING id INTO :ret_0`` (SQLAlchemy binds the returned ids as an array), then
+the rows are read back in the same transaction (they are locked by the update). Oracle
+allows no ``FOR UPDATE`` beside ``FETCH FIRST``; a concurrent marker instead blocks on the
+row lock and Oracle restarts its update against the committed rows, so a row is never
+returned to two markers as if both held it.
 
 Caveat: Oracle stores a zero-length BLOB bound from ``b""`` as NULL, so an empty value is
 read back as a tombstone. Identifiers follow SQLAlchemy: lower-case names are Oracle's
@@ -16,51 +17,21 @@ case-insensitive (upper-case) names. ``schema_ddl`` has no ``IF NOT EXISTS`` bef
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.dialects import oracle
 
-from pyharvest.bindings.sql.marking import MarkStrategy
-from pyharvest.bindings.sql.outbox import KEY_LENGTH, OutboxTable
-from pyharvest.plugins import hookimpl
+from pyharvest.plugins.api import (
+    KEY_LENGTH,
+    Capabilities,
+    MarkQuery,
+    MarkStrategy,
+    OutboxTable,
+    ReturningIdsMark,
+    hookimpl,
+)
 
 NAME = "oracle"
 _preparer = oracle.dialect().identifier_preparer  # type: ignore[no-untyped-call]  # SQLAlchemy's dialect __init__ is unannotated
-
-
-def mark_sql(table: OutboxTable, limit: int) -> str:
-    t = table.name.quoted(_preparer)
-    return (
-        f"UPDATE {t} SET leader_id = :leader_id WHERE id IN ("
-        f"SELECT id FROM {t} WHERE leader_id IS NULL OR leader_id <> :leader_id "
-        f"ORDER BY id FETCH FIRST {int(limit)} ROWS ONLY) RETURNING id INTO :ids"
-    )
-
-
-class OracleMark:
-    def __init__(self, table: OutboxTable) -> None:
-        self.table = table
-        ids: sa.BindParameter[Any] = sa.bindparam("ids", expanding=True)
-        self._read_back = sa.select(*table.columns).where(table.id.in_(ids))
-
-    def mark(self, connection: sa.Connection, leader_id: str, limit: int) -> Sequence[Sequence[Any]]:
-        with connection.begin():
-            dbapi_connection = connection.connection.dbapi_connection
-            assert dbapi_connection is not None  # checked out of the pool: connected
-            cursor = dbapi_connection.cursor()
-            try:
-                ids_var = cursor.var(int, arraysize=limit)
-                cursor.execute(mark_sql(self.table, limit), {"leader_id": leader_id, "ids": ids_var})
-                ids = [i for i in (ids_var.getvalue() or []) if i is not None]
-            finally:
-                cursor.close()
-            if not ids:
-                return []
-            rows: list[Sequence[Any]] = []
-            for start in range(0, len(ids), 1000):  # Oracle's IN-list limit
-                rows.extend(connection.execute(self._read_back, {"ids": ids[start : start + 1000]}).all())
-            return rows
 
 
 @hookimpl
@@ -71,6 +42,12 @@ def pyharvest_dialect_name() -> str:
 @hookimpl
 def pyharvest_url_backends() -> Sequence[str]:
     return ("oracle",)
+
+
+@hookimpl
+def pyharvest_capabilities() -> Capabilities:
+    # DDL commits implicitly; IN lists stop at 1,000 (the default list limit).
+    return Capabilities(transactional_ddl=False)
 
 
 @hookimpl
@@ -93,4 +70,5 @@ def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str] | None:
 
 @hookimpl
 def pyharvest_mark_strategy(table: OutboxTable) -> MarkStrategy:
-    return OracleMark(table)
+    # lock=False: Oracle refuses FOR UPDATE beside FETCH FIRST; the update's own row locks serialise markers.
+    return ReturningIdsMark(MarkQuery(table, lock=False))

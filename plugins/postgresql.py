@@ -13,17 +13,26 @@ sorts the table.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from operator import itemgetter
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from pyharvest.bindings.sql.bulk import BulkWriter, begin_if_needed, raise_as_sqlalchemy_error
-from pyharvest.bindings.sql.marking import MarkStrategy, ReturningMark
-from pyharvest.bindings.sql.outbox import GOHARVEST, KEY_LENGTH, NATIVE, OutboxTable
-from pyharvest.bindings.sql.urls import libpq_to_url
-from pyharvest.plugins import hookimpl
+from pyharvest.plugins.api import (
+    GOHARVEST,
+    KEY_LENGTH,
+    NATIVE,
+    BulkWriter,
+    Capabilities,
+    MarkQuery,
+    MarkStrategy,
+    OutboxTable,
+    ReturningMark,
+    begin_if_needed,
+    hookimpl,
+    libpq_to_url,
+    raise_as_sqlalchemy_error,
+)
 
 NAME = "postgresql"
 _preparer = postgresql.dialect().identifier_preparer  # type: ignore[no-untyped-call]  # SQLAlchemy's dialect __init__ is unannotated
@@ -37,6 +46,11 @@ def pyharvest_dialect_name() -> str:
 @hookimpl
 def pyharvest_url_backends() -> Sequence[str]:
     return ("postgresql",)
+
+
+@hookimpl
+def pyharvest_capabilities() -> Capabilities:
+    return Capabilities(aware_timestamps=True, transactional_ddl=True, list_limit=None)
 
 
 @hookimpl
@@ -117,7 +131,7 @@ def _id_in_array(id_column: sa.Column[Any], oldest: sa.Select[Any]) -> sa.Column
 
 @hookimpl
 def pyharvest_mark_strategy(table: OutboxTable) -> MarkStrategy:
-    return ReturningMark(table, lock=True, match_ids=_id_in_array)
+    return ReturningMark(MarkQuery(table, match_ids=_id_in_array))
 
 
 class _IdArrayLiteral(sa.types.TypeDecorator[Sequence[int]]):
@@ -137,10 +151,13 @@ class _IdArrayLiteral(sa.types.TypeDecorator[Sequence[int]]):
 
 
 @hookimpl
-def pyharvest_id_filter(id_column: sa.ColumnElement[int]) -> sa.ColumnElement[bool]:
-    # One array parameter: a single cached statement serves every batch size.
-    ids = sa.cast(sa.bindparam("ids", type_=_IdArrayLiteral()), postgresql.ARRAY(sa.BigInteger))
-    return id_column == sa.any_(ids)
+def pyharvest_list_filter(column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
+    # One array parameter: a single cached statement serves every list length.
+    if isinstance(column.type, sa.Integer):
+        values = sa.cast(sa.bindparam(name, type_=_IdArrayLiteral()), postgresql.ARRAY(sa.BigInteger))
+    else:
+        values = sa.bindparam(name, type_=postgresql.ARRAY(column.type))
+    return column == sa.any_(values)
 
 
 # COPY costs a round trip more than an INSERT: measured, it overtakes executemany at about
@@ -154,31 +171,64 @@ _COPYABLE = sa.text(
 )
 
 
+def _binary_type(column_type: sa.types.TypeEngine[Any]) -> str | None:
+    """The PostgreSQL type name binary ``COPY`` sends for a column of this SQLAlchemy type, or
+    None when there is no safe one (then the text format is used)."""
+    if isinstance(column_type, sa.types.TypeDecorator):
+        column_type = column_type.impl_instance
+    if isinstance(column_type, sa.ARRAY):
+        item = _binary_type(column_type.item_type)
+        return None if item is None else item + "[]"
+    for kind, name in _BINARY_TYPES:
+        if isinstance(column_type, kind):
+            if name == "timestamp" and getattr(column_type, "timezone", False):
+                return "timestamptz"
+            return name
+    return None
+
+
+# Most specific first: BigInteger is an Integer, Text a String.
+_BINARY_TYPES: tuple[tuple[type[sa.types.TypeEngine[Any]], str], ...] = (
+    (sa.BigInteger, "int8"),
+    (sa.SmallInteger, "int2"),
+    (sa.Integer, "int4"),
+    (sa.Boolean, "bool"),
+    (sa.String, "text"),
+    (sa.LargeBinary, "bytea"),
+    (sa.DateTime, "timestamp"),
+    (sa.Uuid, "uuid"),
+)
+
+
 class CopyWriter:
-    """Stashes a batch with ``COPY … FROM STDIN`` on the caller's psycopg connection, in the
-    caller's transaction."""
+    """Inserts a batch with ``COPY … FROM STDIN`` on the caller's psycopg connection, in the
+    caller's transaction; in the binary format where the table's column types are exact."""
 
     min_rows = COPY_MIN_ROWS
 
-    def __init__(self, table: OutboxTable) -> None:
-        columns = table.stashed_columns
-        self.statement = (
-            f"COPY {table.name.quoted(_preparer)} ({', '.join(_preparer.quote(c) for c in columns)}) FROM STDIN"
-        )
-        self._values = itemgetter(*columns)
+    def __init__(self, table: sa.Table, columns: Sequence[str], exact_types: bool) -> None:
+        name = _preparer.format_table(table)
+        self.types: list[str] | None = None
+        if exact_types:
+            types = [_binary_type(table.c[c].type) for c in columns]
+            if all(types):
+                self.types = [t for t in types if t]
+        fmt = " (FORMAT BINARY)" if self.types else ""
+        self.statement = f"COPY {name} ({', '.join(_preparer.quote(c) for c in columns)}) FROM STDIN{fmt}"
 
-    def __call__(self, connection: sa.Connection, rows: Sequence[dict[str, Any]]) -> bool:
+    def __call__(self, connection: sa.Connection, rows: Sequence[Sequence[Any]]) -> bool:
         driver = connection.connection.driver_connection
         if driver is None or driver.pgconn.pipeline_status:
             return False  # psycopg refuses COPY in pipeline mode
         begin_if_needed(connection)
-        values = self._values
         cursor = driver.cursor()
         try:
             with cursor.copy(self.statement) as copy:
+                if self.types:
+                    copy.set_types(self.types)
                 write = copy.write_row
                 for row in rows:
-                    write(values(row))
+                    write(row)
         except Exception as e:  # noqa: BLE001 - re-raised as SQLAlchemy would
             raise_as_sqlalchemy_error(connection, e, self.statement, cursor)
         finally:
@@ -187,13 +237,15 @@ class CopyWriter:
 
 
 @hookimpl
-def pyharvest_bulk_writer(connection: sa.Connection, table: OutboxTable) -> BulkWriter | None:
+def pyharvest_bulk_writer(
+    connection: sa.Connection, table: sa.Table, columns: Sequence[str], exact_types: bool
+) -> BulkWriter | None:
     if connection.dialect.driver != "psycopg":
         return None  # COPY through psycopg 3 only; other drivers keep executemany
-    found = connection.execute(_COPYABLE, {"name": table.name.quoted(_preparer)}).first()
+    found = connection.execute(_COPYABLE, {"name": _preparer.format_table(table)}).first()
     if found is None:
         return None  # no such table: let the INSERT raise its usual error
     kind, row_security, rules = found
     if kind not in _COPYABLE_KINDS or row_security or rules:
         return None
-    return CopyWriter(table)
+    return CopyWriter(table, columns, exact_types)

@@ -16,9 +16,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 
-from pyharvest.bindings.sql.marking import MarkStrategy, ReturningMark
-from pyharvest.bindings.sql.outbox import KEY_LENGTH, OutboxTable
-from pyharvest.plugins import hookimpl
+from pyharvest.plugins.api import (
+    KEY_LENGTH,
+    Capabilities,
+    MarkQuery,
+    MarkStrategy,
+    OutboxTable,
+    ReturningMark,
+    hookimpl,
+)
 
 NAME = "sqlite"
 BUSY_TIMEOUT_SECONDS = 30.0
@@ -33,6 +39,11 @@ def pyharvest_dialect_name() -> str:
 @hookimpl
 def pyharvest_url_backends() -> Sequence[str]:
     return ("sqlite",)
+
+
+@hookimpl
+def pyharvest_capabilities() -> Capabilities:
+    return Capabilities(transactional_ddl=True)
 
 
 @hookimpl
@@ -68,4 +79,4 @@ def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str] | None:
 
 @hookimpl
 def pyharvest_mark_strategy(table: OutboxTable) -> MarkStrategy:
-    return ReturningMark(table, lock=False)
+    return ReturningMark(MarkQuery(table, lock=False))

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
 
-from pyharvest.core.config import mask_data_source
+from pyharvest.core.config import POISON_POLICIES, mask_data_source
 from pyharvest.core.errors import ConfigError, HarvestError
 from pyharvest.core.kafka import TopicError
 
@@ -116,7 +116,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_schema(args: argparse.Namespace) -> int:
     from pyharvest.bindings.sql import schema_ddl
 
-    print(schema_ddl(args.binding, args.table))
+    print(schema_ddl(args.binding, args.table), end="")
+    if args.statements:
+        from pyharvest.bindings.sql.statements import harvester_statements
+        from pyharvest.plugins.api import OutboxTable, load_dialect, parse_table_name
+
+        outbox = OutboxTable.build(parse_table_name(args.table))
+        for what, sql in harvester_statements(
+            load_dialect(args.binding), outbox, quarantine=args.poison_policy == "quarantine"
+        ):
+            print(f"\n-- {what}\n{sql};")
     return EXIT_OK
 
 
@@ -157,6 +166,14 @@ def build_parser() -> argparse.ArgumentParser:
     schema = sub.add_parser("schema", help="print the outbox table's DDL for a dialect")
     schema.add_argument("--binding", required=True, help="dialect plugin name, e.g. postgresql, sqlite, mysql")
     schema.add_argument("--table", default="outbox", help="outbox table name, optionally schema-qualified")
+    schema.add_argument(
+        "--statements", action="store_true",
+        help="also print every statement the harvester runs (mark, purge, reset, quarantine), compiled for it",
+    )
+    schema.add_argument(
+        "--poison-policy", choices=POISON_POLICIES, default="block",
+        help="with --statements: the statements of this policy (quarantine adds the key filter and its table)",
+    )
     schema.set_defaults(func=cmd_schema)
 
     for extra in _extra_commands:

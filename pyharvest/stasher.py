@@ -32,8 +32,9 @@ With asyncio, the same on an :class:`~sqlalchemy.ext.asyncio.AsyncConnection` or
 ``tracestate``) headers to records that carry no ``traceparent`` (see :mod:`pyharvest.tracing`).
 
 Statements are built once per (dialect, table, layout) and SQLAlchemy's compiled cache
-keeps their compiled form. On PostgreSQL the layout (native or goharvest's) is recognised
-from the table's columns once per engine; pass ``layout=`` to skip the look-up.
+keeps their compiled form. Where the database's dialect supports several layouts
+(PostgreSQL: native and goharvest's), the dialect recognises the table's from its columns,
+once per engine; pass ``layout=`` to skip the look-up.
 """
 
 from __future__ import annotations
@@ -41,18 +42,23 @@ from __future__ import annotations
 import dataclasses
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 
 from pyharvest import tracing
-from pyharvest.bindings.sql.bulk import BulkWriter
-from pyharvest.bindings.sql.identifiers import TableName, parse_table_name
-from pyharvest.bindings.sql.outbox import GOHARVEST, NATIVE, OutboxTable
-from pyharvest.core.errors import BindingError
 from pyharvest.core.records import Header, OutboxRecord, validate_record
-from pyharvest.plugins.manager import dialect_for_backend, load_dialect
+from pyharvest.plugins.api import (
+    GOHARVEST,
+    NATIVE,
+    BulkWriter,
+    OutboxTable,
+    TableName,
+    dialect_of,
+    parse_table_name,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
@@ -67,8 +73,17 @@ _lock = threading.Lock()
 _statements: dict[tuple[str, TableName, str], tuple[OutboxTable, sa.Insert]] = {}
 # engine → table → layout; weak so that disposed engines do not linger
 _layouts: weakref.WeakKeyDictionary[sa.Engine, dict[TableName, str]] = weakref.WeakKeyDictionary()
+
+
+class _Bulk(NamedTuple):
+    """The dialect's bulk writer for a table, and how to turn encoded parameters into its rows."""
+
+    writer: BulkWriter
+    row: Callable[[dict[str, Any]], tuple[Any, ...]]
+
+
 # engine → (table, layout) → the dialect's bulk writer, or None where it has none
-_bulk_writers: weakref.WeakKeyDictionary[sa.Engine, dict[tuple[TableName, str], BulkWriter | None]] = (
+_bulk_writers: weakref.WeakKeyDictionary[sa.Engine, dict[tuple[TableName, str], _Bulk | None]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -102,22 +117,34 @@ def _known_layout(engine: sa.Engine, table: TableName) -> str | None:
         return _layouts.get(engine, {}).get(table)
 
 
+def _single_layout(dialect: sa.Dialect) -> str | None:
+    """The layout when the database's pyharvest dialect has only one (no look-up needed)."""
+    plugin = dialect_of(dialect)
+    if plugin is None:
+        return NATIVE  # no pyharvest dialect serves it: only the portable layout can be there
+    layouts = plugin.table_layouts()
+    return layouts[0] if len(layouts) == 1 else None
+
+
 def _layout_of(conn: sa.Connection, table: TableName) -> str:
-    if conn.dialect.name != "postgresql":
-        return NATIVE  # only PostgreSQL has a second layout
+    single = _single_layout(conn.dialect)
+    if single is not None:
+        return single
     known = _known_layout(conn.engine, table)
     if known is not None:
         return known
-    columns = {c["name"] for c in sa.inspect(conn).get_columns(table.name, schema=table.schema)}
-    layout = GOHARVEST if "kafka_header_keys" in columns else NATIVE
+    plugin = dialect_of(conn.dialect)
+    assert plugin is not None  # _single_layout answered for dialect-less databases
+    layout = plugin.layout_of(conn, table)
     with _lock:
         _layouts.setdefault(conn.engine, {})[table] = layout
     return layout
 
 
 async def _alayout_of(conn: AsyncConnection, table: TableName) -> str:
-    if conn.dialect.name != "postgresql":
-        return NATIVE
+    single = _single_layout(conn.dialect)
+    if single is not None:
+        return single
     # The cache is shared with the sync path: an AsyncEngine wraps a sync Engine.
     known = _known_layout(conn.sync_engine, table)
     if known is not None:
@@ -126,21 +153,19 @@ async def _alayout_of(conn: AsyncConnection, table: TableName) -> str:
     return await conn.run_sync(_layout_of, table)
 
 
-def _bulk_writer_of(conn: sa.Connection, outbox: OutboxTable) -> BulkWriter | None:
+def _bulk_writer_of(conn: sa.Connection, outbox: OutboxTable) -> _Bulk | None:
     key = (outbox.name, outbox.layout)
     with _lock:
         known = _bulk_writers.get(conn.engine)
         if known is not None and key in known:
             return known[key]
-    try:
-        dialect = load_dialect(dialect_for_backend(conn.dialect.name))
-    except BindingError:
-        writer = None  # no pyharvest dialect for this database: executemany serves
-    else:
-        writer = dialect.bulk_writer(conn, outbox)
+    plugin = dialect_of(conn.dialect)
+    columns = outbox.stashed_columns
+    writer = None if plugin is None else plugin.bulk_writer(conn, outbox.table, columns)
+    bulk = None if writer is None else _Bulk(writer, itemgetter(*columns))
     with _lock:
-        _bulk_writers.setdefault(conn.engine, {})[key] = writer
-    return writer
+        _bulk_writers.setdefault(conn.engine, {})[key] = bulk
+    return bulk
 
 
 def _forget_bulk_writer(engine: sa.Engine, outbox: OutboxTable) -> None:
@@ -238,15 +263,19 @@ class PreparedStasher(_Prepared[sa.Connection]):
     def _write(self, params: list[dict[str, Any]]) -> None:
         if not params:
             return
-        writer: BulkWriter | None = None
+        bulk: _Bulk | None = None
         if self.bulk and len(params) > 1:
-            writer = _bulk_writer_of(self._conn, self.outbox)
-            if writer is not None and len(params) >= writer.min_rows and writer(self._conn, params):
+            bulk = _bulk_writer_of(self._conn, self.outbox)
+            if (
+                bulk is not None
+                and len(params) >= bulk.writer.min_rows
+                and bulk.writer(self._conn, list(map(bulk.row, params)))
+            ):
                 return
         try:
             self._conn.execute(self._insert, params)
         except sa.exc.DBAPIError:
-            if self.bulk and writer is None:
+            if self.bulk and bulk is None:
                 # The dialect may have declined for want of the table, which is why this failed
                 # too: ask it again once the table exists rather than keep executemany for good.
                 _forget_bulk_writer(self._conn.engine, self.outbox)

@@ -23,10 +23,10 @@ import yaml
 
 from pyharvest import Config, ConfigError, Harvest, Limits, OutboxRecord, stasher
 from pyharvest.bindings.sql import create_binding, create_outbox_table
-from pyharvest.bindings.sql.outbox import GOHARVEST
 from pyharvest.cli import main as reaper
 from pyharvest.core.errors import BindingError
 from pyharvest.core.records import InvalidRecordError
+from pyharvest.plugins.api import GOHARVEST
 from tests.fakes import FakeBinding, FakeKafka
 from tests.kafka_tools import create_topic, read_topic, values_per_key
 from tests.test_harvest_e2e import outbox_count

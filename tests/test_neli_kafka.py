@@ -64,8 +64,8 @@ def test_exactly_one_leader_and_takeover_on_graceful_stop(kafka_config):
 
 
 def test_unreachable_broker_fails_at_start_with_a_clear_error():
-    from tests.fixtures.databases import unique_table  # noqa: F401 - keeps import graph simple
     from pyharvest.bindings.kafka.embedded import free_port
+    from tests.fixtures.databases import unique_table  # noqa: F401 - keeps import graph simple
 
     cfg = Config(base_kafka_config={"bootstrap.servers": f"127.0.0.1:{free_port()}", "socket.timeout.ms": 1000},
                  leader_group_id="unreachable", data_source="fake://")

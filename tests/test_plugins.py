@@ -13,10 +13,9 @@ import pytest
 
 from pyharvest.bindings.sql import create_binding, create_outbox_table
 from pyharvest.bindings.sql.connect import resolve
-from pyharvest.bindings.sql.marking import TransactionalMark
 from pyharvest.core.errors import BindingError
 from pyharvest.plugins import hookimpl, hookspec
-from pyharvest.plugins.manager import Dialect, dialect_for_backend, installed_dialects, load_dialect
+from pyharvest.plugins.api import Dialect, TransactionalMark, dialect_for_backend, installed_dialects, load_dialect
 from pyharvest.testing.conformance import DialectConformance
 
 BUILTINS = ("postgresql", "sqlite", "mysql", "mssql", "oracle")

@@ -10,10 +10,8 @@ from sqlalchemy.dialects import mssql, mysql, oracle, postgresql, sqlite
 
 from pyharvest.bindings.sql import OutboxTable, parse_table_name, schema_ddl
 from pyharvest.bindings.sql.binding import SqlBinding
-from pyharvest.bindings.sql.marking import ReturningMark, TransactionalMark
-from pyharvest.plugins import mssql as mssql_plugin
-from pyharvest.plugins import oracle as oracle_plugin
-from pyharvest.plugins.manager import load_dialect
+from pyharvest.bindings.sql.quarantine import QuarantineTable
+from pyharvest.plugins.api import MarkQuery, ReturningMark, TransactionalMark, load_dialect
 
 
 def flat(sql: object) -> str:
@@ -29,35 +27,52 @@ def binding_statements(name: str, table: str = "outbox") -> tuple[str, str, sa.D
     plugin = load_dialect(name)
     outbox = OutboxTable.build(parse_table_name(table))
     b = SqlBinding.__new__(SqlBinding)
-    SqlBinding.__init__(b, sa.create_engine("sqlite://"), outbox, plugin, marker=TransactionalMark(outbox))
+    SqlBinding.__init__(b, sa.create_engine("sqlite://"), outbox, plugin, marker=TransactionalMark(MarkQuery(outbox)))
     d = {"mssql": mssql.dialect(), "oracle": oracle.dialect(), "postgresql": postgresql.dialect()}[name]
     out = (compiled(b._purge, d), compiled(b._reset, d), d)
     b.dispose()
     return out
 
 
+def mark_statements(name: str, outbox: OutboxTable, limit: int, dialect: sa.Dialect) -> list[str]:
+    return [compiled(st, dialect) for st in load_dialect(name).mark_strategy(outbox).statements(limit)]
+
+
+def quarantined(table: str) -> OutboxTable:
+    outbox = OutboxTable.build(parse_table_name(table))
+    return outbox.where(QuarantineTable.for_outbox(outbox).row_filter)
+
+
 class TestSqlServer:
-    def test_mark_is_one_cte_update_with_output_and_waiting_locks(self) -> None:
-        outbox = OutboxTable.build(parse_table_name("dbo.order"))
-        sql = flat(mssql_plugin.mark_sql(outbox, 100))
+    def test_mark_is_one_update_with_output_a_top_and_waiting_locks(self) -> None:
+        (sql,) = mark_statements("mssql", OutboxTable.build(parse_table_name("dbo.order")), 100, mssql.dialect())
         assert sql == (
-            "WITH oldest AS (SELECT TOP (100) * FROM dbo.[order] WITH (UPDLOCK, ROWLOCK) "
-            "WHERE leader_id IS NULL OR leader_id <> :leader_id ORDER BY id) "
-            "UPDATE oldest SET leader_id = :leader_id OUTPUT inserted.id, inserted.create_time, "
+            "UPDATE dbo.[order] SET leader_id=:leader_id OUTPUT inserted.id, inserted.create_time, "
             "inserted.kafka_topic, inserted.kafka_key, inserted.kafka_value, inserted.kafka_headers, "
-            "inserted.leader_id"
+            "inserted.leader_id WHERE dbo.[order].id IN (SELECT TOP __[POSTCOMPILE_param_1] oldest.id "
+            "FROM dbo.[order] AS oldest WITH (UPDLOCK, ROWLOCK) "
+            "WHERE oldest.leader_id IS NULL OR oldest.leader_id != :leader_id ORDER BY oldest.id)"
         )
         assert "READPAST" not in sql  # never skip a locked (older) row
 
-    def test_mark_statement_compiles_for_pymssql(self) -> None:
+    def test_mark_excludes_quarantined_keys(self) -> None:
+        # The bug this closes: the hand-written mark ignored poisonPolicy: quarantine.
+        (sql,) = mark_statements("mssql", quarantined("dbo.order"), 100, mssql.dialect())
+        assert (
+            "WHERE (oldest.leader_id IS NULL OR oldest.leader_id != :leader_id) AND NOT (EXISTS (SELECT * "
+            "FROM dbo.order_quarantine WHERE dbo.order_quarantine.kafka_key = oldest.kafka_key)) ORDER BY oldest.id)"
+        ) in sql
+
+    def test_mark_statement_compiles_for_pymssql_with_a_literal_top(self) -> None:
         outbox = OutboxTable.build(parse_table_name("outbox"))
-        stmt = mssql_plugin.MssqlMark(outbox).statement(7)
-        sql = compiled(stmt, mssql.dialect(paramstyle="pyformat"))
-        assert "TOP (7)" in sql and "%(leader_id)s" in sql and ":leader_id" not in sql
-        assert [c.name for c in stmt.selected_columns] == [c.name for c in outbox.columns]
+        (stmt,) = load_dialect("mssql").mark_strategy(outbox).statements(7)
+        c = stmt.compile(dialect=mssql.dialect(paramstyle="pyformat"))
+        assert "%(leader_id)s" in str(c) and ":leader_id" not in str(c)
+        assert "TOP __[POSTCOMPILE_param_1]" in str(c) and c.binds["param_1"].value == 7  # rendered TOP 7 at execution
+        assert [col.name for col in stmt.exported_columns] == [col.name for col in outbox.columns]
 
     def test_purge_and_reset_use_an_expanding_in_list(self) -> None:
-        purge, reset, d = binding_statements("mssql", "order")
+        purge, reset, _ = binding_statements("mssql", "order")
         assert purge == "DELETE FROM [order] WHERE [order].id IN (__[POSTCOMPILE_ids])"
         assert reset == "UPDATE [order] SET leader_id=NULL WHERE [order].id IN (__[POSTCOMPILE_ids])"
 
@@ -77,23 +92,28 @@ class TestSqlServer:
 
 
 class TestOracle:
-    def test_mark_returns_ids_into_an_array_bind(self) -> None:
-        outbox = OutboxTable.build(parse_table_name("app.outbox"))
-        assert flat(oracle_plugin.mark_sql(outbox, 50)) == (
-            "UPDATE app.outbox SET leader_id = :leader_id WHERE id IN (SELECT id FROM app.outbox "
-            "WHERE leader_id IS NULL OR leader_id <> :leader_id ORDER BY id FETCH FIRST 50 ROWS ONLY) "
-            "RETURNING id INTO :ids"
+    def test_mark_updates_the_row_choice_returning_ids_then_reads_back(self) -> None:
+        update, read_back = mark_statements("oracle", OutboxTable.build(parse_table_name("app.outbox")), 50, oracle.dialect())
+        assert update == (
+            "UPDATE app.outbox SET leader_id=:leader_id WHERE app.outbox.id IN (SELECT app.outbox.id FROM app.outbox "
+            "WHERE app.outbox.leader_id IS NULL OR app.outbox.leader_id != :leader_id ORDER BY app.outbox.id "
+            "FETCH FIRST 50 ROWS ONLY) RETURNING app.outbox.id INTO :ret_0"
         )
+        assert read_back.startswith("SELECT app.outbox.id, app.outbox.create_time, app.outbox.kafka_topic")
+        assert "WHERE app.outbox.id IN (__[POSTCOMPILE_ids])" in read_back
+
+    def test_mark_excludes_quarantined_keys(self) -> None:
+        update, _ = mark_statements("oracle", quarantined("outbox"), 50, oracle.dialect())
+        assert (
+            "AND NOT (EXISTS (SELECT * FROM outbox_quarantine WHERE outbox_quarantine.kafka_key = outbox.kafka_key)) "
+            "ORDER BY outbox.id FETCH FIRST 50 ROWS ONLY)"
+        ) in update
 
     def test_reserved_word_table_is_quoted(self) -> None:
-        outbox = OutboxTable.build(parse_table_name("order"))
-        assert 'UPDATE "order" SET' in oracle_plugin.mark_sql(outbox, 1)
+        update, _ = mark_statements("oracle", OutboxTable.build(parse_table_name("order")), 1, oracle.dialect())
+        assert update.startswith('UPDATE "order" SET')
 
-    def test_read_back_and_purge_compile(self) -> None:
-        outbox = OutboxTable.build(parse_table_name("outbox"))
-        read_back = compiled(oracle_plugin.OracleMark(outbox)._read_back, oracle.dialect())
-        assert read_back.startswith("SELECT outbox.id, outbox.create_time, outbox.kafka_topic")
-        assert "WHERE outbox.id IN (__[POSTCOMPILE_ids])" in read_back
+    def test_purge_and_reset_compile(self) -> None:
         purge, reset, _ = binding_statements("oracle")
         assert purge == "DELETE FROM outbox WHERE outbox.id IN (__[POSTCOMPILE_ids])"
         assert reset == "UPDATE outbox SET leader_id=NULL WHERE outbox.id IN (__[POSTCOMPILE_ids])"
@@ -115,8 +135,7 @@ class TestOracle:
 class TestReturningAndGenericMarks:
     def test_postgresql_mark_is_one_statement_with_literal_limit_and_for_update(self) -> None:
         outbox = OutboxTable.build(parse_table_name("outbox"))
-        marker = load_dialect("postgresql").mark_strategy(outbox)
-        sql = compiled(marker.statement(25), postgresql.dialect())  # type: ignore[attr-defined]
+        (sql,) = mark_statements("postgresql", outbox, 25, postgresql.dialect())
         assert sql.startswith(
             "UPDATE outbox SET leader_id=%(leader_id)s::VARCHAR WHERE outbox.id = ANY (array((SELECT outbox.id"
         )
@@ -133,7 +152,7 @@ class TestReturningAndGenericMarks:
 
     def test_generic_mark_locks_and_waits(self) -> None:
         outbox = OutboxTable.build(parse_table_name("outbox"))
-        sql = compiled(TransactionalMark(outbox).select_statement(10), mysql.dialect())
+        sql = compiled(TransactionalMark(MarkQuery(outbox)).statements(10)[0], mysql.dialect())
         assert sql == (
             "SELECT outbox.id FROM outbox WHERE outbox.leader_id IS NULL OR outbox.leader_id != %s "
             "ORDER BY outbox.id LIMIT 10 FOR UPDATE"
@@ -141,10 +160,10 @@ class TestReturningAndGenericMarks:
 
     def test_sqlite_mark_needs_no_lock_clause(self) -> None:
         outbox = OutboxTable.build(parse_table_name("outbox"))
-        sql = compiled(ReturningMark(outbox, lock=False).statement(3), sqlite.dialect())
+        (sql,) = mark_statements("sqlite", outbox, 3, sqlite.dialect())
         assert "FOR UPDATE" not in sql and "LIMIT 3" in sql and "RETURNING" in sql
 
     def test_limit_is_always_an_integer_literal(self) -> None:
         outbox = OutboxTable.build(parse_table_name("outbox"))
-        sql = compiled(ReturningMark(outbox).statement(True + 4), postgresql.dialect())
+        sql = compiled(ReturningMark(MarkQuery(outbox)).statement(True + 4), postgresql.dialect())
         assert "LIMIT 5 " in sql

@@ -6,8 +6,8 @@ import pytest
 from sqlalchemy.dialects import mssql, mysql, oracle, postgresql, sqlite
 
 from pyharvest.bindings.sql import TableName, libpq_to_url, mask_url, parse_table_name
-from pyharvest.bindings.sql.urls import is_libpq_dsn
 from pyharvest.core.errors import ConfigError
+from pyharvest.plugins.api import is_libpq_dsn
 
 
 @pytest.mark.parametrize(

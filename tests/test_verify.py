@@ -9,9 +9,9 @@ import json
 import time
 
 import pytest
-from pyharvest.core.records import OutboxRecord
 
 from pyharvest.commands import verify as verify_command
+from pyharvest.core.records import OutboxRecord
 from pyharvest.verify import VerifyError, VerifyReport, expected_from_records, parse_identity, verify, verify_topic
 
 R = ["R0", "R1", "R2"]

@@ -15,8 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from pyharvest.bindings.sql.connect import create_engine, resolve
-from pyharvest.bindings.sql.identifiers import TableName
-from pyharvest.bindings.sql.urls import mask_url
+from pyharvest.plugins.api import TableName, mask_url
 
 __all__ = ["Database", "bulk_insert"]
 

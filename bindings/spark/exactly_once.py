@@ -27,9 +27,8 @@ import pyarrow as pa
 import sqlalchemy as sa
 
 from pyharvest.bindings.spark.database import Database, bulk_insert
-from pyharvest.bindings.sql.identifiers import TableName, parse_table_name
-from pyharvest.bindings.sql.outbox import UTCDateTime
 from pyharvest.core.errors import ConfigError
+from pyharvest.plugins.api import TableName, UTCDateTime, parse_table_name
 
 __all__ = ["IDENTITY_COLUMN", "OUTBOX_HEADER", "RECORD_ID_HEADER", "ApplyFunction", "ExactlyOnceSink", "insert_rows"]
 

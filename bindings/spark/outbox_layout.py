@@ -6,9 +6,15 @@ import) rather than as SQL errors inside Spark tasks.
 
 from __future__ import annotations
 
-from pyharvest.bindings.sql.headers import EMPTY_HEADERS, encode_headers
-from pyharvest.bindings.sql.identifiers import TableName
-from pyharvest.bindings.sql.outbox import KEY_LENGTH, NATIVE, TOPIC_LENGTH, OutboxTable
+from pyharvest.plugins.api import (
+    EMPTY_HEADERS,
+    KEY_LENGTH,
+    NATIVE,
+    TOPIC_LENGTH,
+    OutboxTable,
+    TableName,
+    encode_headers,
+)
 
 __all__ = [
     "CREATE_TIME",

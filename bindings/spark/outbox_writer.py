@@ -43,10 +43,9 @@ from pyharvest.bindings.spark.staging import (
     staging_name,
 )
 from pyharvest.bindings.spark.writer_options import WriterOptions, parse_writer_options
-from pyharvest.bindings.sql.identifiers import TableName
-from pyharvest.bindings.sql.outbox import NATIVE, UTCDateTime
 from pyharvest.bindings.sql.schema import check_table
 from pyharvest.core.errors import BindingError, ConfigError
+from pyharvest.plugins.api import NATIVE, TableName, UTCDateTime
 
 __all__ = ["OutboxDataSource", "OutboxWriter", "StagedPartition", "WriteJobError"]
 

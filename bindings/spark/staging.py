@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from pyharvest.bindings.spark.database import Database
 from pyharvest.bindings.spark.outbox_layout import HEADERS, KEY, KEY_LENGTH, TOPIC, TOPIC_LENGTH, VALUE
-from pyharvest.bindings.sql.identifiers import MAX_PART_LENGTH, TableName
+from pyharvest.plugins.api import MAX_PART_LENGTH, TableName
 
 __all__ = [
     "ATTEMPT",
@@ -103,7 +103,7 @@ def drop_stale_staging(
 ) -> list[str]:
     """Drop staging tables of ``table`` created more than ``older_than`` ago (left by drivers
     that died mid-job); return their names. Do not pass an age shorter than your longest write job."""
-    from pyharvest.bindings.sql.identifiers import parse_table_name
+    from pyharvest.plugins.api import parse_table_name
 
     name = parse_table_name(table)
     db = Database(url, binding)

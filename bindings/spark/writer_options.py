@@ -9,9 +9,9 @@ from typing import Any
 from pyspark.sql.types import ArrayType, BinaryType, DataType, MapType, StringType, StructType
 
 from pyharvest.bindings.spark.arrow_rows import EventFunction, EventMapping, OutboxColumns
-from pyharvest.bindings.sql.identifiers import TableName, parse_table_name
 from pyharvest.core.errors import ConfigError
 from pyharvest.core.records import InvalidRecordError, OutboxRecord, validate_record
+from pyharvest.plugins.api import TableName, parse_table_name
 
 __all__ = ["WriterOptions", "parse_writer_options"]
 
@@ -141,7 +141,7 @@ def parse_writer_options(options: Mapping[str, str], schema: StructType,
 
 def describe(options: WriterOptions) -> dict[str, Any]:
     """For log lines: everything but the URL's secrets."""
-    from pyharvest.bindings.sql.urls import mask_url
+    from pyharvest.plugins.api import mask_url
 
     return {
         "url": mask_url(options.url),

@@ -5,10 +5,18 @@
 
 from pyharvest.bindings.sql.binding import ID_BATCH, SqlBinding
 from pyharvest.bindings.sql.factory import create_binding
-from pyharvest.bindings.sql.identifiers import TableName, parse_table_name
-from pyharvest.bindings.sql.outbox import GOHARVEST, LAYOUTS, NATIVE, MalformedRowError, OutboxTable
 from pyharvest.bindings.sql.schema import check_table, create_outbox_table, schema_ddl
-from pyharvest.bindings.sql.urls import libpq_to_url, mask_url
+from pyharvest.plugins.api import (
+    GOHARVEST,
+    LAYOUTS,
+    NATIVE,
+    MalformedRowError,
+    OutboxTable,
+    TableName,
+    libpq_to_url,
+    mask_url,
+    parse_table_name,
+)
 
 __all__ = [
     "GOHARVEST",

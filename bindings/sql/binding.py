@@ -11,19 +11,18 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from pyharvest.bindings.sql.marking import MarkStrategy
-from pyharvest.bindings.sql.outbox import MalformedRowError, OutboxTable
 from pyharvest.bindings.sql.quarantine import QuarantinedKey, QuarantineTable
+from pyharvest.bindings.sql.statements import OutboxStatements
 from pyharvest.core.binding import QuarantineEntry
 from pyharvest.core.records import OutboxRecord
-from pyharvest.plugins.manager import Dialect
+from pyharvest.plugins.api import Dialect, MalformedRowError, MarkStrategy, OutboxTable
 
 __all__ = ["ID_BATCH", "MalformedRowHandler", "SqlBinding"]
 
 log = logging.getLogger("pyharvest.bindings.sql")
 
-# Ids per purge/reset statement: Oracle's IN-list limit, and well under SQL Server's 2,100
-# parameters per statement.
+# Ids per purge/reset statement where the dialect binds one array (no list limit): bounds a
+# statement's size and the time its row locks are held.
 ID_BATCH = 1000
 
 MalformedRowHandler = Callable[[MalformedRowError], None]
@@ -72,13 +71,10 @@ class SqlBinding:
         self.on_malformed = on_malformed
         self.malformed_rows = 0
         self._display_url = display_url
-        where = dialect.id_filter(outbox.id)
-        self._purge = sa.delete(outbox.table).where(where)
-        self._reset = sa.update(outbox.table).where(where).values(leader_id=sa.null())
-        # A deposed leader's late reset must not unmark rows its successor has marked since.
-        own = outbox.leader_id == sa.bindparam("own_leader_id", type_=outbox.leader_id.type)
-        self._reset_own = sa.update(outbox.table).where(where, own).values(leader_id=sa.null())
-        self._count = sa.select(sa.func.count()).select_from(outbox.table)
+        self._id_batch = min(ID_BATCH, dialect.capabilities.list_limit or ID_BATCH)
+        statements = OutboxStatements.build(outbox, dialect)
+        self._purge, self._reset, self._reset_own = statements.purge, statements.reset, statements.reset_own
+        self._count = statements.count
 
     def __repr__(self) -> str:
         return (
@@ -125,7 +121,7 @@ class SqlBinding:
         total = 0
         it = iter(ids)
         with self.engine.begin() as conn:
-            while chunk := list(islice(it, ID_BATCH)):
+            while chunk := list(islice(it, self._id_batch)):
                 result: Any = conn.execute(statement, {"ids": chunk, **(extra or {})})
                 total += result.rowcount
         return total
@@ -136,7 +132,7 @@ class SqlBinding:
         self.quarantine_table = q
         if not self._custom_marker:
             # One attribute assignment: a mark already running finishes with the old statement.
-            self.marker = self.dialect.mark_strategy(self.outbox.excluding_keys(q.excludes))
+            self.marker = self.dialect.mark_strategy(self.outbox.where(q.row_filter))
 
     def enable_quarantine(self) -> QuarantineTable:
         """Create the quarantine table if missing and make marks skip quarantined keys."""

@@ -7,9 +7,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.exc import ArgumentError
 
-from pyharvest.bindings.sql.urls import is_libpq_dsn, mask_url
 from pyharvest.core.errors import BindingError, ConfigError
-from pyharvest.plugins.manager import Dialect, dialect_for_backend, load_dialect
+from pyharvest.plugins.api import Dialect, dialect_for_backend, is_libpq_dsn, load_dialect, mask_url
 
 __all__ = ["POOL_SIZE", "create_engine", "resolve"]
 

@@ -6,10 +6,9 @@ from typing import Any
 
 from pyharvest.bindings.sql.binding import MalformedRowHandler, SqlBinding
 from pyharvest.bindings.sql.connect import create_engine, resolve
-from pyharvest.bindings.sql.identifiers import TableName, parse_table_name
-from pyharvest.bindings.sql.outbox import OutboxTable
 from pyharvest.bindings.sql.quarantine import QuarantineTable
 from pyharvest.bindings.sql.schema import check_privileges, check_table
+from pyharvest.plugins.api import OutboxTable, TableName, parse_table_name
 
 __all__ = ["create_binding"]
 

@@ -31,10 +31,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from pyharvest.bindings.sql.identifiers import MAX_PART_LENGTH, TableName
-from pyharvest.bindings.sql.outbox import KEY_LENGTH, TOPIC_LENGTH, OutboxTable, UTCDateTime
 from pyharvest.core.binding import QuarantineEntry
 from pyharvest.core.errors import BindingError
+from pyharvest.plugins.api import KEY_LENGTH, MAX_PART_LENGTH, TOPIC_LENGTH, OutboxTable, TableName, UTCDateTime
 
 __all__ = [
     "ERROR_LENGTH",
@@ -107,6 +106,11 @@ class QuarantineTable:
     def excludes(self, outbox_key: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
         """``NOT EXISTS (SELECT 1 FROM quarantine WHERE kafka_key = <outbox key>)``."""
         return ~sa.exists().where(self.key == outbox_key)
+
+    def row_filter(self, source: sa.FromClause) -> sa.ColumnElement[bool]:
+        """The outbox row filter (:attr:`OutboxTable.filters`): rows of ``source`` (the outbox
+        or the alias a mark selects from) whose key is not quarantined."""
+        return self.excludes(source.c.kafka_key)
 
     # ------------------------------------------------------------------ DDL
 

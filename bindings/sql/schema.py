@@ -8,10 +8,16 @@ import sqlalchemy as sa
 from sqlalchemy.exc import NoSuchTableError
 
 from pyharvest.bindings.sql.connect import create_engine, resolve
-from pyharvest.bindings.sql.identifiers import TableName, parse_table_name
-from pyharvest.bindings.sql.outbox import NATIVE, REQUIRED_COLUMNS, OutboxTable
 from pyharvest.core.errors import BindingError
-from pyharvest.plugins.manager import Dialect, load_dialect
+from pyharvest.plugins.api import (
+    NATIVE,
+    REQUIRED_COLUMNS,
+    Dialect,
+    OutboxTable,
+    TableName,
+    load_dialect,
+    parse_table_name,
+)
 
 __all__ = ["check_privileges", "check_table", "create_outbox_table", "schema_ddl"]
 

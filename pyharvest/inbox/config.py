@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from pyharvest.bindings.sql.identifiers import parse_table_name
 from pyharvest.core.config import (
     LoggingConfig,
     limits_from_mapping,
@@ -23,6 +22,7 @@ from pyharvest.core.config import (
     read_yaml_file,
 )
 from pyharvest.core.errors import ConfigError
+from pyharvest.plugins.api import parse_table_name
 
 __all__ = ["ERROR_POLICIES", "InboxConfig", "InboxFile", "InboxLimits"]
 

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from pyharvest.bindings.sql.identifiers import parse_table_name
-from pyharvest.bindings.sql.outbox import UTCDateTime
+from pyharvest.plugins.api import UTCDateTime, parse_table_name
 
 __all__ = ["DEAD", "PARKED", "InboxTables"]
 

@@ -18,7 +18,6 @@ import contextlib
 from collections.abc import Iterator
 
 from pyharvest.bindings.kafka.embedded import EmbeddedBroker, free_port
-
 from tests.faults.proxy import FaultProxy
 
 __all__ = ["AdvertisingBroker", "proxied_broker"]

@@ -13,9 +13,9 @@ import time
 
 
 def main(bootstrap: str, topic: str, url: str, table: str, checkpoint: str, mode: str) -> None:
-    from tests.spark.conftest import SPARK_ENV, spark_builder
-
     import os
+
+    from tests.spark.conftest import SPARK_ENV, spark_builder
 
     os.environ.update(SPARK_ENV)
     spark = spark_builder("pyharvest-stream-driver").getOrCreate()

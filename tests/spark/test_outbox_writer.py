@@ -185,7 +185,7 @@ def test_rows_and_their_events_commit_together(spark, pg_outbox) -> None:  # noq
 
 @pytest.mark.parametrize("dialect", ["sqlite", "mysql"])
 def test_bulk_paths_of_other_databases(spark, dialect: str, tmp_path) -> None:  # noqa: ANN001
-    from pyharvest.plugins.manager import installed_dialects
+    from pyharvest.plugins.api import installed_dialects
 
     if dialect not in installed_dialects():
         pytest.skip(f"the {dialect} dialect plugin is not installed (pyharvest.dialects entry point)")

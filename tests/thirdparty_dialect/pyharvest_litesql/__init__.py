@@ -13,8 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from pyharvest.bindings.sql.outbox import OutboxTable
-from pyharvest.plugins import hookimpl
+from pyharvest.plugins.api import OutboxTable, hookimpl
 
 
 @hookimpl

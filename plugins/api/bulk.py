@@ -1,10 +1,12 @@
-"""Bulk writers: a dialect's faster way than ``executemany`` to insert many stashed records.
+"""Bulk writers: a dialect's faster way than ``executemany`` to insert many rows.
 
-The stasher asks the dialect plugin once per engine and table
-(:func:`pyharvest.plugins.hookspecs.pyharvest_bulk_writer`). A writer inserts rows inside the
-caller's transaction, exactly as the ``INSERT`` would: same columns, same defaults, same
-triggers, and a failure raises SQLAlchemy's usual :class:`~sqlalchemy.exc.DBAPIError`
-subclasses and leaves the transaction for the caller to roll back.
+The stasher (outbox records), the inbox (dedupe identities) and Spark ask the dialect plugin
+once per engine and table (:func:`pyharvest.plugins.hookspecs.pyharvest_bulk_writer`). A
+writer inserts rows inside the caller's transaction, exactly as the ``INSERT`` would: same
+columns, same defaults, same triggers, and a failure raises SQLAlchemy's usual
+:class:`~sqlalchemy.exc.DBAPIError` subclasses and leaves the transaction for the caller to
+roll back. :func:`insert_many` is the one call every caller makes: the writer where the
+dialect has one and the batch is large enough, else ``executemany``.
 
 PostgreSQL's is ``COPY … FROM STDIN`` (psycopg 3): a batch of 100 records costs the client
 about a third of the CPU of an ``executemany`` and the server far less.
@@ -27,8 +29,8 @@ class BulkWriter(Protocol):
     #: round trip more, which only pays off for larger batches.
     min_rows: int
 
-    def __call__(self, connection: sa.Connection, rows: Sequence[dict[str, Any]]) -> bool:
-        """Insert ``rows`` (the stasher's encoded parameters, keyed by column name) in the
+    def __call__(self, connection: sa.Connection, rows: Sequence[Sequence[Any]]) -> bool:
+        """Insert ``rows`` (tuples in the order of the columns the writer was made for) in the
         connection's current transaction; False, having written nothing, to leave them to
         ``executemany`` (say, when the connection is in a mode the bulk protocol cannot use)."""
         ...

@@ -17,15 +17,17 @@ import pluggy
 
 from pyharvest.core.errors import BindingError
 from pyharvest.plugins import hookspecs
+from pyharvest.plugins.api.capabilities import Capabilities
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
-    from pyharvest.bindings.sql.bulk import BulkWriter
-    from pyharvest.bindings.sql.marking import MarkStrategy
-    from pyharvest.bindings.sql.outbox import OutboxTable
+    from pyharvest.plugins.api.bulk import BulkWriter
+    from pyharvest.plugins.api.identifiers import TableName
+    from pyharvest.plugins.api.marking import MarkStrategy
+    from pyharvest.plugins.api.table import OutboxTable
 
-__all__ = ["ENTRY_POINT_GROUP", "Dialect", "dialect_for_backend", "installed_dialects", "load_dialect"]
+__all__ = ["ENTRY_POINT_GROUP", "Dialect", "dialect_for_backend", "dialect_of", "installed_dialects", "load_dialect"]
 
 ENTRY_POINT_GROUP = "pyharvest.dialects"
 
@@ -52,12 +54,35 @@ class Dialect:
                 f"dialect plugin {getattr(plugin, '__name__', plugin)!r} is registered as {name!r} "
                 f"but pyharvest_dialect_name() returns {declared!r}; they must match"
             )
+        capabilities = self._hook.pyharvest_capabilities()
+        if capabilities is not None and not isinstance(capabilities, Capabilities):
+            raise BindingError(
+                f"dialect {name!r}: pyharvest_capabilities() returned {type(capabilities).__name__}, "
+                "expected pyharvest.plugins.api.Capabilities"
+            )
+        #: What the database can do; asked instead of its name.
+        self.capabilities: Capabilities = capabilities or Capabilities()
 
     def __repr__(self) -> str:
         return f"Dialect({self.name!r}, {getattr(self.plugin, '__name__', self.plugin)!r})"
 
     def url_backends(self) -> Sequence[str]:
         return tuple(self._hook.pyharvest_url_backends() or (self.name,))
+
+    def sqlalchemy_dialect(self) -> sa.Dialect:
+        """An SQLAlchemy dialect of this database, with no connection: to compile statements
+        for review (``reaper schema --statements``) and the conformance kit's compiled checks."""
+        import sqlalchemy as sa
+
+        backends = self._hook.pyharvest_url_backends() or ()
+        for backend in backends:
+            try:
+                return sa.make_url(f"{backend}://").get_dialect()()
+            except sa.exc.NoSuchModuleError:
+                continue
+        raise BindingError(
+            f"dialect {self.name!r} names no SQLAlchemy backend (pyharvest_url_backends) to compile its statements with"
+        )
 
     def normalize_data_source(self, data_source: str) -> str | None:
         result: str | None = self._hook.pyharvest_normalize_data_source(data_source=data_source)
@@ -86,24 +111,46 @@ class Dialect:
         return list(ddl)
 
     def mark_strategy(self, table: OutboxTable) -> MarkStrategy:
+        from pyharvest.plugins.api.marking import MarkQuery, MarkStrategy, TransactionalMark
+
         strategy: MarkStrategy | None = self._hook.pyharvest_mark_strategy(table=table)
         if strategy is None:
-            from pyharvest.bindings.sql.marking import TransactionalMark
-
-            strategy = TransactionalMark(table)
+            strategy = TransactionalMark(MarkQuery(table))
+        if not isinstance(strategy, MarkStrategy):
+            raise BindingError(
+                f"dialect {self.name!r}: pyharvest_mark_strategy() returned {type(strategy).__name__}, which lacks "
+                "mark(connection, leader_id, limit) or statements(limit)"
+            )
         return strategy
 
-    def id_filter(self, id_column: sa.ColumnElement[int]) -> sa.ColumnElement[bool]:
-        clause: sa.ColumnElement[bool] | None = self._hook.pyharvest_id_filter(id_column=id_column)
+    def list_filter(self, column: sa.ColumnElement[Any], name: str = "ids") -> sa.ColumnElement[bool]:
+        """``column`` equals one of a list bound as ``name``; bind at most
+        ``capabilities.list_limit`` values per execution."""
+        clause: sa.ColumnElement[bool] | None = self._hook.pyharvest_list_filter(column=column, name=name)
         if clause is None:
             import sqlalchemy as sa
 
-            clause = id_column.in_(sa.bindparam("ids", expanding=True))
+            clause = column.in_(sa.bindparam(name, expanding=True))
         return clause
 
-    def bulk_writer(self, connection: sa.Connection, table: OutboxTable) -> BulkWriter | None:
-        writer: BulkWriter | None = self._hook.pyharvest_bulk_writer(connection=connection, table=table)
+    def bulk_writer(
+        self, connection: sa.Connection, table: sa.Table, columns: Sequence[str], *, exact_types: bool = False
+    ) -> BulkWriter | None:
+        writer: BulkWriter | None = self._hook.pyharvest_bulk_writer(
+            connection=connection, table=table, columns=columns, exact_types=exact_types
+        )
         return writer
+
+    def layout_of(self, connection: sa.Connection, name: TableName) -> str:
+        """The layout of the existing table ``name``: the dialect's only one, or recognised from
+        the columns by its ``pyharvest_detect_layout`` (``native`` when it does not say)."""
+        layouts = self.table_layouts()
+        if len(layouts) == 1:
+            return layouts[0]
+        import sqlalchemy as sa
+
+        columns = {c["name"].lower(): c for c in sa.inspect(connection).get_columns(name.name, schema=name.schema)}
+        return self.detect_layout(columns) or "native"
 
 
 _loaded: dict[str, Dialect] = {}
@@ -148,3 +195,22 @@ def dialect_for_backend(backend: str) -> str:
         f"no installed pyharvest dialect serves SQLAlchemy backend {backend!r}; installed dialects: "
         f"{', '.join(sorted(installed)) or '(none)'}. Name one explicitly (binding / --binding)"
     )
+
+
+_by_backend: dict[str, Dialect | None] = {}
+
+
+def dialect_of(database: sa.Connection | sa.Engine | sa.Dialect) -> Dialect | None:
+    """The installed dialect serving a SQLAlchemy connection's, engine's or dialect's database,
+    or None. Remembered per backend: callers ask on every statement they prepare."""
+    backend: str = getattr(database, "dialect", database).name
+    try:
+        return _by_backend[backend]
+    except KeyError:
+        pass
+    try:
+        found: Dialect | None = load_dialect(dialect_for_backend(backend))
+    except BindingError:
+        found = None
+    _by_backend[backend] = found
+    return found

@@ -15,6 +15,7 @@ Decoding is the per-row hot path of the harvester, so it is a plain function per
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,9 +25,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect as SADialect
 from sqlalchemy.types import TypeDecorator
 
-from pyharvest.bindings.sql.headers import decode_headers, encode_headers
-from pyharvest.bindings.sql.identifiers import TableName
+from pyharvest.core.errors import BindingError
 from pyharvest.core.records import InvalidRecordError, OutboxRecord
+from pyharvest.plugins.api.headers import decode_headers, encode_headers
+from pyharvest.plugins.api.identifiers import TableName
 
 __all__ = [
     "GOHARVEST",
@@ -35,6 +37,7 @@ __all__ = [
     "NATIVE",
     "MalformedRowError",
     "OutboxTable",
+    "RowFilter",
     "UTCDateTime",
 ]
 
@@ -63,6 +66,9 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
 
 _UTC = UTC
 
+#: A clause a mark adds to its choice of rows, built on the table or alias it selects from.
+RowFilter = Callable[[sa.FromClause], sa.ColumnElement[bool]]
+
 
 class MalformedRowError(ValueError):
     """A marked row cannot be turned into a record (e.g. header arrays of unequal length)."""
@@ -76,24 +82,36 @@ class MalformedRowError(ValueError):
 class UTCDateTime(TypeDecorator[datetime]):
     """Timestamps are aware UTC datetimes in Python whatever the database stores.
 
-    Databases whose drivers lose the offset (SQLite, MySQL ``DATETIME``, Oracle via
-    python-oracledb) store naive UTC; reading attaches UTC again.
+    Where the database stores the offset (the dialect's ``aware_timestamps`` capability:
+    PostgreSQL's ``timestamptz``) aware datetimes are bound as they are, so a writer's session
+    time zone cannot shift them. Elsewhere (SQLite, MySQL ``DATETIME``, Oracle via
+    python-oracledb) they are bound as naive UTC, and reading attaches UTC again.
     """
 
     impl = sa.DateTime(timezone=True)
     cache_ok = True
 
     def process_bind_param(self, value: datetime | None, dialect: SADialect) -> datetime | None:
-        if value is None or dialect.name == "postgresql":
+        if value is None or value.tzinfo is None or stores_offsets(dialect.name):
             return value
-        if value.tzinfo is not None:
-            value = value.astimezone(_UTC).replace(tzinfo=None)
-        return value
+        return value.astimezone(_UTC).replace(tzinfo=None)
 
     def process_result_value(self, value: datetime | None, dialect: SADialect) -> datetime | None:
         if value is not None and value.tzinfo is None:
             return value.replace(tzinfo=_UTC)
         return value
+
+
+@functools.cache
+def stores_offsets(backend: str) -> bool:
+    """Whether the pyharvest dialect serving SQLAlchemy backend ``backend`` stores a time zone
+    with a timestamp (False where no installed dialect serves it: naive UTC is always safe)."""
+    from pyharvest.plugins.api.dialect import dialect_for_backend, load_dialect  # it imports this module
+
+    try:
+        return load_dialect(dialect_for_backend(backend)).capabilities.aware_timestamps
+    except BindingError:
+        return False
 
 
 def _native_columns() -> list[sa.Column[Any]]:
@@ -203,9 +221,9 @@ class OutboxTable:
     table: sa.Table
     decode: Callable[[Sequence[Any]], OutboxRecord] = field(repr=False)
     encode: Callable[[OutboxRecord, datetime], dict[str, Any]] = field(repr=False)
-    #: With ``poisonPolicy: quarantine``: a clause on the key column that is false for
-    #: quarantined keys (see :mod:`.quarantine`); None leaves the mark statement unchanged.
-    key_filter: Callable[[sa.ColumnElement[Any]], sa.ColumnElement[bool]] | None = field(default=None, repr=False)
+    #: Clauses every mark adds to its row choice, each given the table (or the alias) the mark
+    #: selects from: the quarantine's ``NOT EXISTS`` with ``poisonPolicy: quarantine``.
+    filters: tuple[RowFilter, ...] = field(default=(), repr=False)
 
     @classmethod
     def build(cls, name: TableName, layout: str = NATIVE) -> OutboxTable:
@@ -233,17 +251,21 @@ class OutboxTable:
     def leader_id(self) -> sa.Column[Any]:
         return self.table.c.leader_id
 
-    def unmarked_by(self, leader_param: sa.BindParameter[Any]) -> sa.ColumnElement[bool]:
-        """Rows not yet marked by this leader: never marked, or marked by another leader
-        (and, with a quarantine, not of a quarantined key)."""
-        unmarked = sa.or_(self.leader_id.is_(None), self.leader_id != leader_param)
-        if self.key_filter is None:
+    def unmarked_by(
+        self, leader_param: sa.BindParameter[Any], source: sa.FromClause | None = None
+    ) -> sa.ColumnElement[bool]:
+        """Rows of ``source`` (the table, or an alias of it) a mark may take: never marked or
+        marked by another leader, and passing every filter (not of a quarantined key…)."""
+        source = self.table if source is None else source
+        leader_id = source.c.leader_id
+        unmarked = sa.or_(leader_id.is_(None), leader_id != leader_param)
+        if not self.filters:
             return unmarked
-        return sa.and_(unmarked, self.key_filter(self.table.c.kafka_key))
+        return sa.and_(unmarked, *(f(source) for f in self.filters))
 
-    def excluding_keys(self, key_filter: Callable[[sa.ColumnElement[Any]], sa.ColumnElement[bool]]) -> OutboxTable:
-        """This table, with marks restricted to rows whose key passes ``key_filter``."""
-        return dataclasses.replace(self, key_filter=key_filter)
+    def where(self, row_filter: RowFilter) -> OutboxTable:
+        """This table, with marks restricted to the rows ``row_filter`` accepts."""
+        return dataclasses.replace(self, filters=(*self.filters, row_filter))
 
     @staticmethod
     def now() -> datetime:

@@ -1,0 +1,93 @@
+"""The dialect plugin API: everything a dialect plugin builds on, in one import.
+
+>>> from pyharvest.plugins.api import hookimpl, MarkQuery, ReturningMark, OutboxTable
+
+A plugin is a plain module of :data:`hookimpl` functions (the hooks are specified and
+documented in :mod:`pyharvest.plugins.hookspecs`). It imports this module and SQLAlchemy,
+nothing else of pyharvest: the bindings import it too, and neither side imports the other.
+What is here:
+
+* the outbox table: :class:`OutboxTable` (name, layout, Core table, row codecs, row filters),
+  :class:`TableName`, the layouts and column sizes;
+* the mark: :class:`MarkQuery`, the one builder of the row choice every dialect's mark uses,
+  and the strategies built on it (:class:`ReturningMark`, :class:`ReturningIdsMark`,
+  :class:`TransactionalMark`);
+* bulk writes: the :class:`BulkWriter` protocol and its helpers;
+* :class:`Capabilities`: the flags a dialect declares instead of being recognised by name;
+* :class:`Dialect`, :func:`load_dialect`: a loaded plugin with typed access to its hooks.
+"""
+
+from pyharvest.plugins.api.bulk import BulkWriter, begin_if_needed, raise_as_sqlalchemy_error
+from pyharvest.plugins.api.capabilities import Capabilities
+from pyharvest.plugins.api.dialect import (
+    ENTRY_POINT_GROUP,
+    Dialect,
+    dialect_for_backend,
+    dialect_of,
+    installed_dialects,
+    load_dialect,
+)
+from pyharvest.plugins.api.headers import EMPTY_HEADERS, decode_headers, encode_headers
+from pyharvest.plugins.api.identifiers import MAX_PART_LENGTH, TableName, parse_table_name
+from pyharvest.plugins.api.marking import (
+    MarkQuery,
+    MarkStrategy,
+    ReturningIdsMark,
+    ReturningMark,
+    TransactionalMark,
+    literal_limit,
+)
+from pyharvest.plugins.api.table import (
+    GOHARVEST,
+    KEY_LENGTH,
+    LAYOUTS,
+    NATIVE,
+    REQUIRED_COLUMNS,
+    TOPIC_LENGTH,
+    MalformedRowError,
+    OutboxTable,
+    RowFilter,
+    UTCDateTime,
+)
+from pyharvest.plugins.api.urls import is_libpq_dsn, libpq_to_url, mask_url
+from pyharvest.plugins.hookspecs import PROJECT_NAME, hookimpl
+
+__all__ = [
+    "EMPTY_HEADERS",
+    "ENTRY_POINT_GROUP",
+    "GOHARVEST",
+    "KEY_LENGTH",
+    "LAYOUTS",
+    "MAX_PART_LENGTH",
+    "NATIVE",
+    "PROJECT_NAME",
+    "REQUIRED_COLUMNS",
+    "TOPIC_LENGTH",
+    "BulkWriter",
+    "Capabilities",
+    "Dialect",
+    "MalformedRowError",
+    "MarkQuery",
+    "MarkStrategy",
+    "OutboxTable",
+    "ReturningIdsMark",
+    "ReturningMark",
+    "RowFilter",
+    "TableName",
+    "TransactionalMark",
+    "UTCDateTime",
+    "begin_if_needed",
+    "decode_headers",
+    "dialect_for_backend",
+    "dialect_of",
+    "encode_headers",
+    "hookimpl",
+    "installed_dialects",
+    "is_libpq_dsn",
+    "libpq_to_url",
+    "literal_limit",
+    "load_dialect",
+    "mask_url",
+    "parse_table_name",
+    "raise_as_sqlalchemy_error",
+]

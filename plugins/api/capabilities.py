@@ -1,0 +1,27 @@
+"""What a database can do, declared by its dialect plugin (``pyharvest_capabilities``).
+
+Code outside ``plugins/`` asks these flags and the dialect's hooks, never the database's name:
+a third-party dialect that declares them gets the same behaviour as a built-in one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Capabilities"]
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """Flags a dialect declares; the defaults are what any SQL database supports."""
+
+    #: Timestamps keep their time zone (``timestamptz``): aware datetimes are bound unchanged.
+    #: Otherwise they are bound as naive UTC (see :class:`~pyharvest.plugins.api.UTCDateTime`).
+    aware_timestamps: bool = False
+    #: ``CREATE`` / ``DROP TABLE`` may share a transaction with DML without committing it
+    #: (MySQL commits implicitly before DDL).
+    transactional_ddl: bool = False
+    #: How many values one :meth:`~pyharvest.plugins.manager.Dialect.list_filter` may bind;
+    #: None when the dialect binds one array, whatever its length. Oracle's IN lists stop at
+    #: 1,000 and SQL Server takes 2,100 parameters a statement.
+    list_limit: int | None = 1000
