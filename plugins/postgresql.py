@@ -153,6 +153,7 @@ class _IdArrayLiteral(sa.types.TypeDecorator[Sequence[int]]):
 @hookimpl
 def pyharvest_list_filter(column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
     # One array parameter: a single cached statement serves every list length.
+    values: sa.ColumnElement[Any]
     if isinstance(column.type, sa.Integer):
         values = sa.cast(sa.bindparam(name, type_=_IdArrayLiteral()), postgresql.ARRAY(sa.BigInteger))
     else:

@@ -10,12 +10,14 @@ import types
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from pyharvest.bindings.sql import create_binding, create_outbox_table
 from pyharvest.bindings.sql.connect import resolve
 from pyharvest.core.errors import BindingError
 from pyharvest.plugins import hookimpl, hookspec
 from pyharvest.plugins.api import Dialect, TransactionalMark, dialect_for_backend, installed_dialects, load_dialect
+from pyharvest.testing.compiled import CompiledConformance
 from pyharvest.testing.conformance import DialectConformance
 
 BUILTINS = ("postgresql", "sqlite", "mysql", "mssql", "oracle")
@@ -133,6 +135,20 @@ def test_third_party_dialect_is_selected_by_name(litesql_installed: str, tmp_pat
     finally:
         binding.dispose()
     assert resolve(url)[1].name == "sqlite"  # never picked from the URL
+
+
+class TestThirdPartyCompiled(CompiledConformance):
+    """The compiled checks hold for a third-party dialect that names no SQLAlchemy backend."""
+
+    @pytest.fixture
+    def conformance_dialect(self, litesql_installed: str) -> str:
+        return litesql_installed
+
+    @pytest.fixture
+    def conformance_sqlalchemy_dialect(self) -> sa.Dialect:
+        from sqlalchemy.dialects import sqlite
+
+        return sqlite.dialect()
 
 
 class TestThirdPartyConformance(DialectConformance):

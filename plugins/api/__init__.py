@@ -17,6 +17,7 @@ What is here:
 * :class:`Dialect`, :func:`load_dialect`: a loaded plugin with typed access to its hooks.
 """
 
+from pyharvest.core.headers import EMPTY_HEADERS, decode_headers, encode_headers
 from pyharvest.plugins.api.bulk import BulkWriter, begin_if_needed, raise_as_sqlalchemy_error
 from pyharvest.plugins.api.capabilities import Capabilities
 from pyharvest.plugins.api.dialect import (
@@ -27,7 +28,6 @@ from pyharvest.plugins.api.dialect import (
     installed_dialects,
     load_dialect,
 )
-from pyharvest.plugins.api.headers import EMPTY_HEADERS, decode_headers, encode_headers
 from pyharvest.plugins.api.identifiers import MAX_PART_LENGTH, TableName, parse_table_name
 from pyharvest.plugins.api.marking import (
     MarkQuery,

@@ -203,7 +203,8 @@ _by_backend: dict[str, Dialect | None] = {}
 def dialect_of(database: sa.Connection | sa.Engine | sa.Dialect) -> Dialect | None:
     """The installed dialect serving a SQLAlchemy connection's, engine's or dialect's database,
     or None. Remembered per backend: callers ask on every statement they prepare."""
-    backend: str = getattr(database, "dialect", database).name
+    sa_dialect: sa.Dialect = database if not hasattr(database, "dialect") else database.dialect
+    backend: str = sa_dialect.name
     try:
         return _by_backend[backend]
     except KeyError:

@@ -26,8 +26,8 @@ from sqlalchemy.engine import Dialect as SADialect
 from sqlalchemy.types import TypeDecorator
 
 from pyharvest.core.errors import BindingError
+from pyharvest.core.headers import decode_headers, encode_headers
 from pyharvest.core.records import InvalidRecordError, OutboxRecord
-from pyharvest.plugins.api.headers import decode_headers, encode_headers
 from pyharvest.plugins.api.identifiers import TableName
 
 __all__ = [

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import traceback
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
+from pyharvest.core.headers import decode_nullable_headers, encode_headers
 from pyharvest.inbox.message import InboxMessage, source_identity
 from pyharvest.inbox.tables import DEAD, PARKED
 
@@ -44,12 +43,12 @@ def describe_error(error: BaseException) -> str:
     return text if len(text) <= _ERROR_LIMIT else text[: _ERROR_LIMIT - 20] + "\n… (truncated)"
 
 
-def _encode_headers(headers: Iterable[tuple[str, bytes | None]]) -> str:
-    return json.dumps([[n, None if v is None else base64.b64encode(v).decode()] for n, v in headers])
-
-
 def _decode_headers(text: str) -> tuple[tuple[str, bytes | None], ...]:
-    return tuple((n, None if v is None else base64.b64decode(v)) for n, v in json.loads(text))
+    # The outbox's header format (core.headers). A plain string value is a dead letter stored
+    # before the formats were one (each value base64 text); the inbox itself stores bytes.
+    return tuple(
+        (n, base64.b64decode(v) if isinstance(v, str) else v) for n, v in decode_nullable_headers(text)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +93,7 @@ class DeadLetters:
                 "key_hash": khash,
                 "msg_key": message.key,
                 "msg_value": message.value,
-                "headers": _encode_headers(message.headers),
+                "headers": encode_headers(message.headers),
                 "timestamp_ms": message.timestamp_ms,
                 "status": status,
                 "error": error,

@@ -55,10 +55,7 @@ class MarkSql:
     def row_choice(self) -> str:
         """The ``SELECT … ORDER BY id`` that chooses the rows (with everything nested in it).
         Fails when no statement orders by id, or more than one does."""
-        found: list[str] = []
-        for sql in self.statements:
-            for m in _ORDER_BY_ID.finditer(sql):
-                found.append(_enclosing_select(sql, m.start()))
+        found = [_enclosing_select(sql, m.start()) for sql in self.statements for m in _ORDER_BY_ID.finditer(sql)]
         assert found, f"no statement of the mark orders by id:\n{self.text}"
         assert len(found) == 1, f"more than one statement orders by id; which chooses the rows?\n{self.text}"
         return found[0]
@@ -93,7 +90,12 @@ def _enclosing_select(sql: str, at: int) -> str:
 
 
 def compile_mark(
-    dialect: Dialect, *, limit: int = 37, table: str = "outbox", sa_dialect: sa.Dialect | None = None, sentinel: bool = True
+    dialect: Dialect,
+    *,
+    limit: int = 37,
+    table: str = "outbox",
+    sa_dialect: sa.Dialect | None = None,
+    sentinel: bool = True,
 ) -> MarkSql:
     """The statements of ``dialect``'s mark for an outbox with a sentinel row filter, compiled."""
     outbox = OutboxTable.build(parse_table_name(table))
@@ -154,7 +156,8 @@ class CompiledConformance:
         q = QuarantineTable.for_outbox(outbox)
         strategy = compiled_dialect.mark_strategy(outbox.where(q.row_filter))
         target = conformance_sqlalchemy_dialect or compiled_dialect.sqlalchemy_dialect()
-        choice = MarkSql([re.sub(r"\s+", " ", str(s.compile(dialect=target))) for s in strategy.statements(5)])
+        statements = [re.sub(r"\s+", " ", str(s.compile(dialect=target))) for s in strategy.statements(5)]  # type: ignore[attr-defined]
+        choice = MarkSql(statements)
         assert re.search(r"NOT \(?EXISTS \(SELECT .* FROM outbox_quarantine\b", choice.row_choice(), re.I), (
             f"the row choice does not exclude quarantined keys:\n{choice.text}"
         )
