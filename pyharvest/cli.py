@@ -18,7 +18,6 @@ from types import FrameType
 
 from pyharvest.core.config import mask_data_source
 from pyharvest.core.errors import ConfigError, HarvestError
-from pyharvest.core.kafka import TopicError
 
 log = logging.getLogger("pyharvest.reaper")
 
@@ -197,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except ConfigError as e:
         return _die(f"invalid configuration: {e}", EXIT_USAGE)
-    except (HarvestError, TopicError) as e:
+    except HarvestError as e:
         return _die(str(e))
     except KeyboardInterrupt:
         return EXIT_OK
