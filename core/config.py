@@ -18,11 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyharvest.core.config_mapping import (
+    ValueReader,
     config_to_mapping,
     limits_from_mapping,
     limits_to_mapping,
     masked_repr,
-    yaml_items,
+    read_bool,
+    read_kafka_properties,
+    section_from_mapping,
     yaml_key,
 )
 from pyharvest.core.durations import format_duration
@@ -127,6 +130,25 @@ _INT_LIMITS = frozenset(
 )
 
 
+#: The top-level sections of a configuration file. One file may serve several commands: each
+#: reads its own section and ``logging:``, and leaves the others to theirs.
+FILE_SECTIONS = frozenset({"harvest", "inbox", "logging", "metrics"})
+
+
+def file_sections(data: object, section: str) -> Mapping[str, Any]:
+    """``data``, the YAML document of a configuration file read for its ``section:``, once checked
+    to be a mapping of known sections."""
+    if not isinstance(data, Mapping):
+        article = "an" if section[0] in "aeiou" else "a"
+        raise ConfigError("", f"the configuration file must hold a mapping with {article} '{section}:' section")
+    unknown = set(data) - FILE_SECTIONS
+    if unknown:
+        raise ConfigError(
+            sorted(unknown)[0], f"unknown top-level section; expected '{section}' and optionally 'logging'"
+        )
+    return data
+
+
 def read_yaml_file(path: str) -> Any:
     """The YAML document in ``path`` (``{}`` if empty), with one-line errors for a missing file
     or bad YAML."""
@@ -142,6 +164,15 @@ def read_yaml_file(path: str) -> Any:
     except yaml.YAMLError as e:
         raise ConfigError("", f"{path} is not valid YAML: {e}") from None
     return data if data is not None else {}
+
+
+# Every field not named here is read as a string.
+_CONFIG_READERS: dict[str, ValueReader] = {
+    "base_kafka_config": read_kafka_properties,
+    "producer_kafka_config": read_kafka_properties,
+    "identity_headers": read_bool,
+    "limits": Limits.from_mapping,
+}
 
 
 def _dflt(value: Any, default: Any) -> Any:
@@ -217,23 +248,7 @@ class Config:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], prefix: str = "harvest") -> Config:
         """Build from goharvest's camelCase keys (the ``harvest:`` section of ``reaper.yaml``)."""
-        if not isinstance(data, Mapping):
-            raise ConfigError(prefix, f"expected a mapping, got {type(data).__name__}")
-        c = cls()
-        for attr, where, value in yaml_items(data, cls, prefix):
-            if attr == "limits":
-                c.limits = Limits.from_mapping(value, where)
-                continue
-            kafka_properties = attr in ("base_kafka_config", "producer_kafka_config")
-            if kafka_properties and not isinstance(value, Mapping):
-                raise ConfigError(where, f"expected a mapping of Kafka properties, got {value!r}")
-            if attr == "identity_headers":
-                if not isinstance(value, bool):
-                    raise ConfigError(where, f"expected true or false, got {value!r}")
-            elif not kafka_properties and not isinstance(value, str):
-                raise ConfigError(where, f"expected a string, got {value!r}")
-            setattr(c, attr, dict(value) if isinstance(value, Mapping) else value)
-        return c
+        return section_from_mapping(cls, data, prefix, _CONFIG_READERS)
 
     def to_mapping(self, mask_secrets: bool = True) -> dict[str, object]:
         return config_to_mapping(self, mask_secrets)
@@ -291,13 +306,7 @@ class ReaperConfig:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> ReaperConfig:
-        if not isinstance(data, Mapping):
-            raise ConfigError("", "the configuration file must hold a mapping with a 'harvest:' section")
-        unknown = set(data) - {"harvest", "logging", "metrics", "inbox"}
-        if unknown:
-            raise ConfigError(
-                sorted(unknown)[0], "unknown top-level section; expected 'harvest' and optionally 'logging'"
-            )
+        data = file_sections(data, "harvest")
         if "harvest" not in data:
             raise ConfigError("harvest", "missing section; the configuration file needs a 'harvest:' mapping")
         extra = {k: v for k, v in data.items() if k not in ("harvest", "logging")}

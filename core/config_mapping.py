@@ -9,7 +9,7 @@ implementation. Fields are recognised by the names both configurations use:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -21,11 +21,17 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 __all__ = [
+    "ValueReader",
     "config_to_mapping",
     "limits_from_mapping",
     "limits_to_mapping",
     "masked_repr",
-    "yaml_items",
+    "read_bool",
+    "read_duration",
+    "read_kafka_properties",
+    "read_str",
+    "read_whole_number",
+    "section_from_mapping",
     "yaml_key",
 ]
 
@@ -37,39 +43,72 @@ def yaml_key(name: str) -> str:
     return head + "".join("ID" if part == "id" else part.capitalize() for part in rest)
 
 
-def yaml_items(data: Mapping[str, Any], cls: type[DataclassInstance], prefix: str) -> Iterator[tuple[str, str, Any]]:
-    """``(attribute, where, value)`` for each key of ``data`` that has a value, ``where`` being
-    ``prefix.key`` for error messages; a key ``cls`` has no field for is a :class:`ConfigError`."""
+#: Checks and converts the value of one key; ``where`` (``section.key``) names it in a
+#: :class:`ConfigError`. A nested section's ``from_mapping(data, prefix)`` is one too.
+ValueReader = Callable[[Any, str], object]
+
+
+def read_str(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(where, f"expected a string, got {value!r}")
+    return value
+
+
+def read_bool(value: object, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(where, f"expected true or false, got {value!r}")
+    return value
+
+
+def read_whole_number(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(where, f"expected a whole number, got {value!r}")
+    return value
+
+
+def read_duration(value: object, where: str) -> float:
+    """Seconds, from a Go duration (``500ms``, ``1m30s``) or a number of seconds."""
+    try:
+        return parse_duration(value, where)
+    except ValueError as e:
+        raise ConfigError("", str(e)) from None
+
+
+def read_kafka_properties(value: object, where: str) -> dict[str, object]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(where, f"expected a mapping of Kafka properties, got {value!r}")
+    return dict(value)
+
+
+_C = TypeVar("_C", bound="DataclassInstance")
+
+
+def section_from_mapping(cls: type[_C], data: object, prefix: str, readers: Mapping[str, ValueReader]) -> _C:
+    """A ``cls`` built from the YAML section ``data`` (named ``prefix`` in errors): each key that
+    has a value sets its attribute through the attribute's reader in ``readers``, or
+    :func:`read_str` if it has none. A ``data`` that is not a mapping, or a key ``cls`` has no
+    field for, is a :class:`ConfigError`."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(prefix, f"expected a mapping, got {type(data).__name__}")
     known = {yaml_key(f.name): f.name for f in fields(cls)}
+    out = cls()
     for key, value in data.items():
         where = f"{prefix}.{key}"
         attr = known.get(key)
         if attr is None:
             raise ConfigError(where, f"unknown key; expected one of: {', '.join(sorted(known))}")
         if value is not None:
-            yield attr, where, value
+            setattr(out, attr, readers.get(attr, read_str)(value, where))
+    return out
 
 
-_L = TypeVar("_L", bound="DataclassInstance")
-
-
-def limits_from_mapping(cls: type[_L], data: Mapping[str, Any] | None, prefix: str, ints: Collection[str]) -> _L:
+def limits_from_mapping(cls: type[_C], data: object, prefix: str, ints: Collection[str]) -> _C:
     """Build a limits dataclass from camelCase keys: whole numbers for the fields in ``ints``,
-    Go-style durations (or seconds) for the rest; errors name ``prefix.key``."""
+    Go-style durations (or seconds) for the rest; no section at all leaves every limit unset."""
     if data is not None and not isinstance(data, Mapping):
         raise ConfigError(prefix, f"expected a mapping, got {data!r}")
-    out = cls()
-    for attr, where, value in yaml_items(data or {}, cls, prefix):
-        if attr in ints:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(where, f"expected a whole number, got {value!r}")
-            setattr(out, attr, value)
-        else:
-            try:
-                setattr(out, attr, parse_duration(value, where))
-            except ValueError as e:
-                raise ConfigError("", str(e)) from None
-    return out
+    readers = {f.name: read_whole_number if f.name in ints else read_duration for f in fields(cls)}
+    return section_from_mapping(cls, data or {}, prefix, readers)
 
 
 def limits_to_mapping(limits: DataclassInstance, ints: Collection[str]) -> dict[str, object]:

@@ -14,13 +14,17 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pyharvest.bindings.sql.identifiers import parse_table_name
-from pyharvest.core.config import LoggingConfig, read_yaml_file
+from pyharvest.core.config import LoggingConfig, file_sections, read_yaml_file
 from pyharvest.core.config_mapping import (
+    ValueReader,
     config_to_mapping,
     limits_from_mapping,
     limits_to_mapping,
     masked_repr,
-    yaml_items,
+    read_bool,
+    read_kafka_properties,
+    read_whole_number,
+    section_from_mapping,
     yaml_key,
 )
 from pyharvest.core.errors import ConfigError
@@ -81,6 +85,24 @@ class InboxLimits:
 
     def to_mapping(self) -> dict[str, object]:
         return limits_to_mapping(self, self._INTS)
+
+
+def _read_topics(value: object, where: str) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise ConfigError(where, f"expected a list of topic names, got {value!r}")
+    return list(value)
+
+
+# Every field not named here is read as a string.
+_INBOX_READERS: dict[str, ValueReader] = {
+    "base_kafka_config": read_kafka_properties,
+    "topics": _read_topics,
+    "create_tables": read_bool,
+    "dedupe_window": read_whole_number,
+    "limits": InboxLimits.from_mapping,
+}
 
 
 @dataclass(slots=True)
@@ -157,35 +179,7 @@ class InboxConfig:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], prefix: str = "inbox") -> InboxConfig:
         """Build from camelCase keys (the ``inbox:`` section)."""
-        if not isinstance(data, Mapping):
-            raise ConfigError(prefix, f"expected a mapping, got {type(data).__name__}")
-        c = cls()
-        for attr, where, value in yaml_items(data, cls, prefix):
-            if attr == "limits":
-                c.limits = InboxLimits.from_mapping(value, where)
-            elif attr == "base_kafka_config":
-                if not isinstance(value, Mapping):
-                    raise ConfigError(where, f"expected a mapping of Kafka properties, got {value!r}")
-                c.base_kafka_config = dict(value)
-            elif attr == "topics":
-                if isinstance(value, str):
-                    value = [value]
-                if not isinstance(value, list):
-                    raise ConfigError(where, f"expected a list of topic names, got {value!r}")
-                c.topics = list(value)
-            elif attr == "create_tables":
-                if not isinstance(value, bool):
-                    raise ConfigError(where, f"expected true or false, got {value!r}")
-                c.create_tables = value
-            elif attr == "dedupe_window":
-                if isinstance(value, bool) or not isinstance(value, int):
-                    raise ConfigError(where, f"expected a whole number, got {value!r}")
-                c.dedupe_window = value
-            else:
-                if not isinstance(value, str):
-                    raise ConfigError(where, f"expected a string, got {value!r}")
-                setattr(c, attr, value)
-        return c
+        return section_from_mapping(cls, data, prefix, _INBOX_READERS)
 
     def to_mapping(self, mask_secrets: bool = True) -> dict[str, object]:
         return config_to_mapping(self, mask_secrets)
@@ -205,13 +199,7 @@ class InboxFile:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> InboxFile:
-        if not isinstance(data, Mapping):
-            raise ConfigError("", "the configuration file must hold a mapping with an 'inbox:' section")
-        unknown = set(data) - {"inbox", "logging", "harvest", "metrics"}
-        if unknown:
-            raise ConfigError(
-                sorted(unknown)[0], "unknown top-level section; expected 'inbox' and optionally 'logging'"
-            )
+        data = file_sections(data, "inbox")
         if not data.get("inbox"):
             raise ConfigError("inbox", "missing section; the configuration file needs an 'inbox:' mapping")
         return cls(InboxConfig.from_mapping(data["inbox"]), LoggingConfig.from_mapping(data.get("logging")))
