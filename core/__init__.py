@@ -9,6 +9,7 @@ from pyharvest.core.binding import DatabaseBinding
 from pyharvest.core.config import Config, Limits, LoggingConfig, ReaperConfig
 from pyharvest.core.errors import BindingError, ConfigError, HarvestError
 from pyharvest.core.events import (
+    DeliveryFailed,
     Event,
     EventHandler,
     LeaderAcquired,
@@ -17,6 +18,7 @@ from pyharvest.core.events import (
     LeaderRevoked,
     MeterRead,
     MeterStats,
+    RecordQuarantined,
 )
 from pyharvest.core.harvest import Harvest, State
 from pyharvest.core.records import InvalidRecordError, OutboxRecord, validate_record
@@ -26,6 +28,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "DatabaseBinding",
+    "DeliveryFailed",
     "Event",
     "EventHandler",
     "Harvest",
@@ -41,6 +44,7 @@ __all__ = [
     "MeterStats",
     "OutboxRecord",
     "ReaperConfig",
+    "RecordQuarantined",
     "State",
     "validate_record",
 ]

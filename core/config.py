@@ -13,12 +13,24 @@ import re
 import socket
 import sys
 import time
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-from pyharvest.core.durations import format_duration, parse_duration
+from pyharvest.core.config_mapping import (
+    ValueReader,
+    config_to_mapping,
+    limits_from_mapping,
+    limits_to_mapping,
+    masked_repr,
+    read_bool,
+    read_kafka_properties,
+    section_from_mapping,
+    yaml_key,
+)
+from pyharvest.core.durations import format_duration
 from pyharvest.core.errors import ConfigError
+from pyharvest.core.masking import mask_data_source, mask_kafka_config
 
 __all__ = ["Config", "Limits", "LoggingConfig", "ReaperConfig", "mask_data_source", "mask_kafka_config", "sanitise"]
 
@@ -28,37 +40,12 @@ DEFAULT_BOOTSTRAP_SERVERS = "localhost:9092"
 DEFAULT_MAX_IN_FLIGHT_RECORDS = 4000
 DEFAULT_MARK_QUERY_RECORDS = 1000
 
-# Kafka client properties whose values are secrets; matched case-insensitively.
-_SECRET_KAFKA_KEYS = re.compile(r"(password|secret|\.key\.pem|private\.key|token|oauthbearer\.config)", re.IGNORECASE)
 _VALID_KAFKA_NAME = re.compile(r"[^a-zA-Z0-9._-]")
 
 
 def sanitise(name: str) -> str:
     """Replace characters Kafka does not allow in topic and group names, as goNELI does."""
     return _VALID_KAFKA_NAME.sub("_", name)
-
-
-def mask_kafka_config(config: Mapping[str, object]) -> dict[str, object]:
-    return {k: ("***" if _SECRET_KAFKA_KEYS.search(k) else v) for k, v in config.items()}
-
-
-_URL_PASSWORD = re.compile(r"(?P<pre>://[^:/@?#]*:)(?P<pw>[^@/?#]*)(?P<post>@)")
-# An empty password ("password= dbname=x", goharvest's own example) matches nothing.
-_LIBPQ_PASSWORD = re.compile(r"(?P<pre>\bpassword\s*=)(?P<pw>'(?:[^'\\]|\\.)*'|[^\s']\S*)", re.IGNORECASE)
-_QUERY_PASSWORD = re.compile(r"(?P<pre>[?&](?:password|pwd)=)(?P<pw>[^&#]*)", re.IGNORECASE)
-
-
-def mask_data_source(data_source: str) -> str:
-    """Hide the password in a SQLAlchemy URL or a libpq ``key=value`` string."""
-    masked = _URL_PASSWORD.sub(lambda m: m["pre"] + ("***" if m["pw"] else "") + m["post"], data_source)
-    masked = _QUERY_PASSWORD.sub(lambda m: m["pre"] + "***", masked)
-    if "://" not in masked:
-        masked = _LIBPQ_PASSWORD.sub(lambda m: m["pre"] + "***", masked)
-    return masked
-
-
-# (python attribute, YAML key, kind)
-_DURATION, _INT = "duration", "int"
 
 
 @dataclass(slots=True)
@@ -112,10 +99,10 @@ class Limits:
         def at_least(name: str, minimum: float, unit: str = "") -> None:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ConfigError(f"limits.{_camel(name)}", f"expected a number, got {value!r}")
+                raise ConfigError(f"limits.{yaml_key(name)}", f"expected a number, got {value!r}")
             if value < minimum:
                 shown = format_duration(minimum) if unit == "s" else str(minimum)
-                raise ConfigError(f"limits.{_camel(name)}", f"must be at least {shown}, got {value!r}")
+                raise ConfigError(f"limits.{yaml_key(name)}", f"must be at least {shown}, got {value!r}")
 
         for name in ("io_error_backoff", "mark_backoff", "min_metrics_interval", "poll_duration", "min_poll_interval"):
             at_least(name, 0, "s")
@@ -127,7 +114,7 @@ class Limits:
         for name in ("max_in_flight_records", "send_concurrency", "mark_query_records", "max_delivery_attempts"):
             at_least(name, 1)
             if not isinstance(getattr(self, name), int):
-                raise ConfigError(f"limits.{_camel(name)}", f"expected a whole number, got {getattr(self, name)!r}")
+                raise ConfigError(f"limits.{yaml_key(name)}", f"expected a whole number, got {getattr(self, name)!r}")
         at_least("send_buffer", 0)
 
     @classmethod
@@ -143,41 +130,23 @@ _INT_LIMITS = frozenset(
 )
 
 
-_L = TypeVar("_L")
+#: The top-level sections of a configuration file. One file may serve several commands: each
+#: reads its own section and ``logging:``, and leaves the others to theirs.
+FILE_SECTIONS = frozenset({"harvest", "inbox", "logging", "metrics"})
 
 
-def limits_from_mapping(cls: type[_L], data: Mapping[str, Any] | None, prefix: str, ints: Collection[str]) -> _L:
-    """Build a limits dataclass from camelCase keys: whole numbers for the fields in ``ints``,
-    Go-style durations (or seconds) for the rest; errors name ``prefix.key``."""
-    if data is not None and not isinstance(data, Mapping):
-        raise ConfigError(prefix, f"expected a mapping, got {data!r}")
-    out = cls()
-    known = {_camel(f.name): f.name for f in fields(cls)}  # type: ignore[arg-type]
-    for key, value in (data or {}).items():
-        attr = known.get(key)
-        if attr is None:
-            raise ConfigError(f"{prefix}.{key}", f"unknown key; expected one of: {', '.join(sorted(known))}")
-        if value is None:
-            continue
-        if attr in ints:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"{prefix}.{key}", f"expected a whole number, got {value!r}")
-            setattr(out, attr, value)
-        else:
-            try:
-                setattr(out, attr, parse_duration(value, f"{prefix}.{key}"))
-            except ValueError as e:
-                raise ConfigError("", str(e)) from None
-    return out
-
-
-def limits_to_mapping(limits: object, ints: Collection[str]) -> dict[str, object]:
-    """The camelCase mapping of a limits dataclass, durations in Go's form; unset fields left out."""
-    return {
-        _camel(f.name): (v if f.name in ints else format_duration(v))
-        for f in fields(limits)  # type: ignore[arg-type]
-        if (v := getattr(limits, f.name)) is not None
-    }
+def file_sections(data: object, section: str) -> Mapping[str, Any]:
+    """``data``, the YAML document of a configuration file read for its ``section:``, once checked
+    to be a mapping of known sections."""
+    if not isinstance(data, Mapping):
+        article = "an" if section[0] in "aeiou" else "a"
+        raise ConfigError("", f"the configuration file must hold a mapping with {article} '{section}:' section")
+    unknown = set(data) - FILE_SECTIONS
+    if unknown:
+        raise ConfigError(
+            sorted(unknown)[0], f"unknown top-level section; expected '{section}' and optionally 'logging'"
+        )
+    return data
 
 
 def read_yaml_file(path: str) -> Any:
@@ -197,16 +166,17 @@ def read_yaml_file(path: str) -> Any:
     return data if data is not None else {}
 
 
+# Every field not named here is read as a string.
+_CONFIG_READERS: dict[str, ValueReader] = {
+    "base_kafka_config": read_kafka_properties,
+    "producer_kafka_config": read_kafka_properties,
+    "identity_headers": read_bool,
+    "limits": Limits.from_mapping,
+}
+
+
 def _dflt(value: Any, default: Any) -> Any:
     return default if value is None else value
-
-
-def _camel(name: str) -> str:
-    special = {"leader_group_id": "leaderGroupID", "io_error_backoff": "ioErrorBackoff"}
-    if name in special:
-        return special[name]
-    head, *rest = name.split("_")
-    return head + "".join(p.capitalize() for p in rest)
 
 
 def _default_name() -> str:
@@ -248,13 +218,13 @@ class Config:
             if value is None:
                 value = {}
             if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-                raise ConfigError(_camel(fname), f"expected a mapping of Kafka properties, got {value!r}")
+                raise ConfigError(yaml_key(fname), f"expected a mapping of Kafka properties, got {value!r}")
             setattr(c, fname, dict(value))
         c.base_kafka_config.setdefault("bootstrap.servers", DEFAULT_BOOTSTRAP_SERVERS)
         for fname in ("leader_topic", "leader_group_id", "data_source", "outbox_table", "name"):
             v = getattr(c, fname)
             if not isinstance(v, str):
-                raise ConfigError(_camel(fname), f"expected a string, got {v!r}")
+                raise ConfigError(yaml_key(fname), f"expected a string, got {v!r}")
         c.leader_group_id = c.leader_group_id or _program_name()
         c.leader_topic = c.leader_topic or f"{c.leader_group_id}.neli"
         c.data_source = c.data_source or DEFAULT_DATA_SOURCE
@@ -265,7 +235,7 @@ class Config:
             v = getattr(c, fname)
             if _VALID_KAFKA_NAME.search(v) or len(v) > 249:
                 raise ConfigError(
-                    _camel(fname), f"{v!r} is not a valid Kafka {label}: use 1-249 characters from [a-zA-Z0-9._-]"
+                    yaml_key(fname), f"{v!r} is not a valid Kafka {label}: use 1-249 characters from [a-zA-Z0-9._-]"
                 )
         if c.poison_policy not in POISON_POLICIES:
             raise ConfigError(
@@ -278,47 +248,13 @@ class Config:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], prefix: str = "harvest") -> Config:
         """Build from goharvest's camelCase keys (the ``harvest:`` section of ``reaper.yaml``)."""
-        if not isinstance(data, Mapping):
-            raise ConfigError(prefix, f"expected a mapping, got {type(data).__name__}")
-        c = cls()
-        known = {_camel(f.name): f.name for f in fields(cls)}
-        for key, value in data.items():
-            attr = known.get(key)
-            if attr is None:
-                raise ConfigError(f"{prefix}.{key}", f"unknown key; expected one of: {', '.join(sorted(known))}")
-            if attr == "limits":
-                c.limits = Limits.from_mapping(value, f"{prefix}.limits")
-            elif value is not None:
-                kafka_properties = attr in ("base_kafka_config", "producer_kafka_config")
-                if kafka_properties and not isinstance(value, Mapping):
-                    raise ConfigError(f"{prefix}.{key}", f"expected a mapping of Kafka properties, got {value!r}")
-                if attr == "identity_headers":
-                    if not isinstance(value, bool):
-                        raise ConfigError(f"{prefix}.{key}", f"expected true or false, got {value!r}")
-                elif not kafka_properties and not isinstance(value, str):
-                    raise ConfigError(f"{prefix}.{key}", f"expected a string, got {value!r}")
-                setattr(c, attr, dict(value) if isinstance(value, Mapping) else value)
-        return c
+        return section_from_mapping(cls, data, prefix, _CONFIG_READERS)
 
     def to_mapping(self, mask_secrets: bool = True) -> dict[str, object]:
-        out: dict[str, object] = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name == "limits":
-                out["limits"] = v.to_mapping()
-            elif f.name in ("base_kafka_config", "producer_kafka_config"):
-                out[_camel(f.name)] = mask_kafka_config(v) if mask_secrets else dict(v)
-            elif f.name == "data_source" and mask_secrets:
-                out["dataSource"] = mask_data_source(v)
-            else:
-                out[_camel(f.name)] = v
-        return out
+        return config_to_mapping(self, mask_secrets)
 
-    def __repr__(self) -> str:
-        # Never let a password reach a log line through repr().
-        return f"Config({self.to_mapping(mask_secrets=True)!r})"
-
-    __str__ = __repr__
+    # Never let a password reach a log line through repr() or str().
+    __repr__ = __str__ = masked_repr
 
 
 _LOG_LEVELS = {
@@ -370,13 +306,7 @@ class ReaperConfig:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> ReaperConfig:
-        if not isinstance(data, Mapping):
-            raise ConfigError("", "the configuration file must hold a mapping with a 'harvest:' section")
-        unknown = set(data) - {"harvest", "logging", "metrics", "inbox"}
-        if unknown:
-            raise ConfigError(
-                sorted(unknown)[0], "unknown top-level section; expected 'harvest' and optionally 'logging'"
-            )
+        data = file_sections(data, "harvest")
         if "harvest" not in data:
             raise ConfigError("harvest", "missing section; the configuration file needs a 'harvest:' mapping")
         extra = {k: v for k, v in data.items() if k not in ("harvest", "logging")}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["BindingError", "ConfigError", "HarvestError"]
+__all__ = ["BindingError", "ConfigError", "HarvestError", "TopicError"]
 
 
 class HarvestError(Exception):
@@ -20,3 +20,8 @@ class ConfigError(HarvestError, ValueError):
 
 class BindingError(HarvestError):
     """The database binding cannot work: unknown dialect, missing table, wrong columns, no privileges."""
+
+
+class TopicError(HarvestError):
+    """Kafka cannot serve the harvester: a client refuses its configuration, no broker answers,
+    or a topic it needs is missing and cannot be created."""

@@ -10,6 +10,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+# Defined with the other errors so that `except HarvestError` catches it; importable from here too,
+# beside the protocol that raises it.
+from pyharvest.core.errors import TopicError
+
 __all__ = [
     "DeliveryCallback",
     "DeliveryError",
@@ -48,10 +52,6 @@ class ProduceError(Exception):
     def __init__(self, error: DeliveryError) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-class TopicError(Exception):
-    """A topic the harvester needs is missing and cannot be created."""
 
 
 DeliveryCallback = Callable[[DeliveryError | None], None]

@@ -8,6 +8,7 @@ key, at least once, with one leader at a time among any number of processes.
 from pyharvest.core.config import Config, Limits
 from pyharvest.core.errors import BindingError, ConfigError, HarvestError
 from pyharvest.core.events import (
+    DeliveryFailed,
     Event,
     EventHandler,
     LeaderAcquired,
@@ -16,6 +17,7 @@ from pyharvest.core.events import (
     LeaderRevoked,
     MeterRead,
     MeterStats,
+    RecordQuarantined,
 )
 from pyharvest.core.harvest import State
 from pyharvest.core.records import InvalidRecordError, OutboxRecord
@@ -27,6 +29,7 @@ __all__ = [
     "BindingError",
     "Config",
     "ConfigError",
+    "DeliveryFailed",
     "Event",
     "EventHandler",
     "Harvest",
@@ -40,6 +43,7 @@ __all__ = [
     "MeterRead",
     "MeterStats",
     "OutboxRecord",
+    "RecordQuarantined",
     "State",
     "__version__",
 ]

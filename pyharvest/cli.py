@@ -16,13 +16,10 @@ import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
 
+from pyharvest.commands.exits import EXIT_OK, EXIT_USAGE, exception_exit
 from pyharvest.core.config import POISON_POLICIES, mask_data_source
-from pyharvest.core.errors import ConfigError, HarvestError
-from pyharvest.core.kafka import TopicError
 
 log = logging.getLogger("pyharvest.reaper")
-
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
 
 class _JsonFormatter(logging.Formatter):
@@ -49,11 +46,6 @@ def setup_logging(level: int, as_json: bool = False) -> None:
     root.setLevel(level)
     # librdkafka is chatty at debug level and its own messages already reach us as warnings.
     logging.getLogger("pyharvest.librdkafka").setLevel(max(level, logging.WARNING))
-
-
-def _die(message: str, code: int = EXIT_FAILURE) -> int:
-    print(f"reaper: error: {message}", file=sys.stderr)
-    return code
 
 
 # ---------------------------------------------------------------------- run
@@ -212,16 +204,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return int(args.func(args))
-    except ConfigError as e:
-        return _die(f"invalid configuration: {e}", EXIT_USAGE)
-    except (HarvestError, TopicError) as e:
-        return _die(str(e))
     except KeyboardInterrupt:
         return EXIT_OK
     except Exception as e:  # noqa: BLE001 - one line for the operator; the traceback at debug level
-        log.debug("unexpected error", exc_info=True)
-        first = str(e).strip().splitlines()
-        return _die(f"{type(e).__name__}: {first[0] if first else ''}")
+        return exception_exit(e)
 
 
 if __name__ == "__main__":

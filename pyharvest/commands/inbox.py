@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
+from pyharvest.commands.exits import EXIT_OK
+
 __all__ = ["cmd_inbox", "load_handler", "main", "register"]
 
 log = logging.getLogger("pyharvest.reaper")
-
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
 
 def load_handler(spec: str) -> Any:
@@ -150,21 +150,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m pyharvest.commands.inbox …``: the same as ``reaper inbox …``."""
-    from pyharvest.core.errors import ConfigError, HarvestError
+    from pyharvest.cli import main as reaper
 
-    parser = argparse.ArgumentParser(prog="reaper")
-    register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["inbox", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return int(args.func(args))
-    except ConfigError as e:
-        print(f"reaper: error: invalid configuration: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except HarvestError as e:
-        print(f"reaper: error: {e}", file=sys.stderr)
-        return EXIT_FAILURE
-    except KeyboardInterrupt:
-        return EXIT_OK
+    return reaper(["inbox", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import TYPE_CHECKING
 
+from pyharvest.commands.exits import EXIT_OK, EXIT_USAGE, error_exit, exception_exit
 from pyharvest.core.config import mask_data_source
-from pyharvest.core.errors import ConfigError, HarvestError
+from pyharvest.core.errors import HarvestError
 
 if TYPE_CHECKING:
     from pyharvest.bindings.sql import SqlBinding
 
 __all__ = ["cmd_quarantine", "register"]
-
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
 
 def _binding(args: argparse.Namespace) -> SqlBinding:
@@ -40,16 +38,11 @@ def _binding(args: argparse.Namespace) -> SqlBinding:
 def cmd_quarantine(args: argparse.Namespace) -> int:
     action = args.action
     if action in ("replay", "discard") and not args.key:
-        print(f"reaper quarantine {action}: error: --key is required", file=sys.stderr)
-        return EXIT_USAGE
+        return error_exit("--key is required", EXIT_USAGE, f"reaper quarantine {action}")
     try:
         binding = _binding(args)
-    except ConfigError as e:
-        print(f"reaper quarantine: error: invalid configuration: {e}", file=sys.stderr)
-        return EXIT_USAGE
     except HarvestError as e:
-        print(f"reaper quarantine: error: {e}", file=sys.stderr)
-        return EXIT_FAILURE
+        return exception_exit(e, "reaper quarantine")
     where = f"outbox {args.table!r} at {mask_data_source(args.data_source)}"
     try:
         if action == "list":
@@ -77,16 +70,12 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
             return EXIT_OK
         if action == "replay":
             if not binding.replay(args.key):
-                print(
-                    f"reaper quarantine replay: error: key {args.key!r} is not quarantined in {where}", file=sys.stderr
-                )
-                return EXIT_FAILURE
+                return error_exit(f"key {args.key!r} is not quarantined in {where}", prog="reaper quarantine replay")
             print(f"replayed key {args.key!r}: its records will be published again, in order")
             return EXIT_OK
         discarded = binding.discard(args.key)
         if discarded is None:
-            print(f"reaper quarantine discard: error: key {args.key!r} is not quarantined in {where}", file=sys.stderr)
-            return EXIT_FAILURE
+            return error_exit(f"key {args.key!r} is not quarantined in {where}", prog="reaper quarantine discard")
         print(
             f"discarded record {discarded.record_id} of key {args.key!r} (topic {discarded.topic!r}); "
             "the key's later records will be published"

@@ -25,11 +25,10 @@ import json
 import sys
 from typing import IO, Any
 
+from pyharvest.commands.exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, error_exit
 from pyharvest.verify import VerifyError, parse_identity, verify_topic
 
 __all__ = ["cmd_verify", "read_expected", "register"]
-
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
 
 class ExpectedFileError(ValueError):
@@ -68,15 +67,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
             with open(args.expected, encoding="utf-8") as f:
                 expected = read_expected(f, args.expected)
     except (OSError, ExpectedFileError, VerifyError) as e:
-        print(f"reaper verify: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return error_exit(str(e), EXIT_USAGE, "reaper verify")
     try:
         report = verify_topic(
             args.bootstrap_servers, args.topic, expected, identity=args.identity, timeout=args.timeout
         )
     except VerifyError as e:
-        print(f"reaper verify: error: {e}", file=sys.stderr)
-        return EXIT_FAILURE
+        return error_exit(str(e), EXIT_FAILURE, "reaper verify")
     print(report)
     return EXIT_OK if report.ok else EXIT_FAILURE
 

@@ -13,13 +13,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from pyharvest.core.config import (
-    LoggingConfig,
+from pyharvest.core.config import LoggingConfig, file_sections, read_yaml_file
+from pyharvest.core.config_mapping import (
+    ValueReader,
+    config_to_mapping,
     limits_from_mapping,
     limits_to_mapping,
-    mask_data_source,
-    mask_kafka_config,
-    read_yaml_file,
+    masked_repr,
+    read_bool,
+    read_kafka_properties,
+    read_whole_number,
+    section_from_mapping,
+    yaml_key,
 )
 from pyharvest.core.errors import ConfigError
 from pyharvest.plugins.api import parse_table_name
@@ -33,14 +38,6 @@ ERROR_POLICIES = ("stop", "dead-letter")
 _KAFKA_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 # Properties the inbox owns: offsets come from the database, so Kafka must not move them.
 _OWNED_KAFKA_KEYS = ("group.id", "enable.auto.commit", "enable.auto.offset.store")
-
-
-def _camel(name: str) -> str:
-    special = {"group_id": "groupID", "io_error_backoff": "ioErrorBackoff"}
-    if name in special:
-        return special[name]
-    head, *rest = name.split("_")
-    return head + "".join(p.capitalize() for p in rest)
 
 
 @dataclass(slots=True)
@@ -73,13 +70,13 @@ class InboxLimits:
         for name in self._INTS:
             v = getattr(r, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"inbox.limits.{_camel(name)}", f"expected a whole number of at least 1, got {v!r}")
+                raise ConfigError(f"inbox.limits.{yaml_key(name)}", f"expected a whole number of at least 1, got {v!r}")
         for f in fields(r):
             if f.name in self._INTS:
                 continue
             v = getattr(r, f.name)
             if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-                raise ConfigError(f"inbox.limits.{_camel(f.name)}", f"expected a positive duration, got {v!r}")
+                raise ConfigError(f"inbox.limits.{yaml_key(f.name)}", f"expected a positive duration, got {v!r}")
         return r
 
     @classmethod
@@ -88,6 +85,24 @@ class InboxLimits:
 
     def to_mapping(self) -> dict[str, object]:
         return limits_to_mapping(self, self._INTS)
+
+
+def _read_topics(value: object, where: str) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise ConfigError(where, f"expected a list of topic names, got {value!r}")
+    return list(value)
+
+
+# Every field not named here is read as a string.
+_INBOX_READERS: dict[str, ValueReader] = {
+    "base_kafka_config": read_kafka_properties,
+    "topics": _read_topics,
+    "create_tables": read_bool,
+    "dedupe_window": read_whole_number,
+    "limits": InboxLimits.from_mapping,
+}
 
 
 @dataclass(slots=True)
@@ -146,7 +161,7 @@ class InboxConfig:
             try:
                 names[fname] = parse_table_name(getattr(c, fname))
             except ConfigError as e:
-                raise ConfigError(f"inbox.{_camel(fname)}", e.problem) from None
+                raise ConfigError(f"inbox.{yaml_key(fname)}", e.problem) from None
         if len(set(names.values())) != len(names):
             raise ConfigError("inbox.deadLetterTable", "checkpoint, dedupe and dead-letter tables must differ")
         if not isinstance(c.create_tables, bool):
@@ -164,62 +179,13 @@ class InboxConfig:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], prefix: str = "inbox") -> InboxConfig:
         """Build from camelCase keys (the ``inbox:`` section)."""
-        if not isinstance(data, Mapping):
-            raise ConfigError(prefix, f"expected a mapping, got {type(data).__name__}")
-        c = cls()
-        known = {_camel(f.name): f.name for f in fields(cls)}
-        for key, value in data.items():
-            attr = known.get(key)
-            where = f"{prefix}.{key}"
-            if attr is None:
-                raise ConfigError(where, f"unknown key; expected one of: {', '.join(sorted(known))}")
-            if value is None:
-                continue
-            if attr == "limits":
-                c.limits = InboxLimits.from_mapping(value, f"{prefix}.limits")
-            elif attr == "base_kafka_config":
-                if not isinstance(value, Mapping):
-                    raise ConfigError(where, f"expected a mapping of Kafka properties, got {value!r}")
-                c.base_kafka_config = dict(value)
-            elif attr == "topics":
-                if isinstance(value, str):
-                    value = [value]
-                if not isinstance(value, list):
-                    raise ConfigError(where, f"expected a list of topic names, got {value!r}")
-                c.topics = list(value)
-            elif attr == "create_tables":
-                if not isinstance(value, bool):
-                    raise ConfigError(where, f"expected true or false, got {value!r}")
-                c.create_tables = value
-            elif attr == "dedupe_window":
-                if isinstance(value, bool) or not isinstance(value, int):
-                    raise ConfigError(where, f"expected a whole number, got {value!r}")
-                c.dedupe_window = value
-            else:
-                if not isinstance(value, str):
-                    raise ConfigError(where, f"expected a string, got {value!r}")
-                setattr(c, attr, value)
-        return c
+        return section_from_mapping(cls, data, prefix, _INBOX_READERS)
 
     def to_mapping(self, mask_secrets: bool = True) -> dict[str, object]:
-        out: dict[str, object] = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name == "limits":
-                out["limits"] = v.to_mapping()
-            elif f.name == "base_kafka_config":
-                out[_camel(f.name)] = mask_kafka_config(v) if mask_secrets else dict(v)
-            elif f.name == "data_source" and mask_secrets:
-                out["dataSource"] = mask_data_source(v)
-            else:
-                out[_camel(f.name)] = list(v) if isinstance(v, list) else v
-        return out
+        return config_to_mapping(self, mask_secrets)
 
-    def __repr__(self) -> str:
-        # Never let a password reach a log line through repr().
-        return f"InboxConfig({self.to_mapping(mask_secrets=True)!r})"
-
-    __str__ = __repr__
+    # Never let a password reach a log line through repr() or str().
+    __repr__ = __str__ = masked_repr
 
 
 @dataclass(slots=True)
@@ -233,13 +199,7 @@ class InboxFile:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> InboxFile:
-        if not isinstance(data, Mapping):
-            raise ConfigError("", "the configuration file must hold a mapping with an 'inbox:' section")
-        unknown = set(data) - {"inbox", "logging", "harvest", "metrics"}
-        if unknown:
-            raise ConfigError(
-                sorted(unknown)[0], "unknown top-level section; expected 'inbox' and optionally 'logging'"
-            )
+        data = file_sections(data, "inbox")
         if not data.get("inbox"):
             raise ConfigError("inbox", "missing section; the configuration file needs an 'inbox:' mapping")
         return cls(InboxConfig.from_mapping(data["inbox"]), LoggingConfig.from_mapping(data.get("logging")))

@@ -17,17 +17,19 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "Header", "InboxMessage", "delivery_id_for", "source_identity"]
+__all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "InboxMessage", "MessageHeader", "delivery_id_for", "source_identity"]
 
 # The harvester's names (pyharvest.core.harvest); repeated here so that the inbox does not
 # import the engine.
 OUTBOX_HEADER = "pyharvest-outbox"
 RECORD_ID_HEADER = "pyharvest-record-id"
 
-Header = tuple[str, bytes | None]
+#: A header as Kafka delivers it: raw bytes, or None for a null value. Not an outbox record's
+#: :data:`pyharvest.core.records.Header`, whose value is the str or bytes the stasher wrote.
+MessageHeader = tuple[str, bytes | None]
 
 
-def source_identity(headers: Sequence[Header] | None) -> tuple[str, int] | None:
+def source_identity(headers: Sequence[MessageHeader] | None) -> tuple[str, int] | None:
     """``(outbox, record id)`` from the harvester's headers, or None when absent or malformed.
 
     A malformed header is treated as absent (the message then falls back to its offset
@@ -69,7 +71,7 @@ class InboxMessage:
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: tuple[Header, ...] = ()
+    headers: tuple[MessageHeader, ...] = ()
     #: Milliseconds since the epoch, as Kafka reports it (None if the broker gave none).
     timestamp_ms: int | None = None
     #: ``(outbox, record id)`` when the message came from a pyharvest harvester.

@@ -96,3 +96,15 @@ def test_cli_prints_config_masked_and_refuses_bad_config(tmp_path, capsys):
     bad.write_text(yaml.safe_dump({"inbox": {**BASE, "errorPolicy": "ignore"}}))
     assert main(["-f", str(bad), "--handler", "tests.inbox.chain_handler:apply"]) == 2
     assert "inbox.errorPolicy" in capsys.readouterr().err
+
+
+def test_cli_reports_an_unexpected_error_in_one_line_as_reaper_inbox_does(tmp_path, capsys):
+    import yaml
+
+    from pyharvest.commands.inbox import main
+
+    cfg = tmp_path / "inbox.yaml"
+    cfg.write_text(yaml.safe_dump({"inbox": {**BASE, "dataSource": f"sqlite:///{tmp_path}/no/such/dir/inbox.db"}}))
+    assert main(["-f", str(cfg), "--init-db"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("reaper: error: OperationalError:") and err.count("\n") == 1
