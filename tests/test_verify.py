@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import json
 import time
+from typing import ClassVar
 
 import pytest
 
@@ -189,6 +190,98 @@ def test_command_rejects_a_bad_file_before_connecting(tmp_path, capsys):
     assert run_command([*argv[:-1], str(tmp_path / "missing")]) == 2
     bad.write_text('{"key": "a", "id": "1"}\n')
     assert run_command([*argv, "--identity", "offset"]) == 2
+
+
+# ---------------------------------------------------------------------- reading a topic, with Kafka faked
+
+
+class FakeMessage:
+    def __init__(self, key, value, headers=None, error=None):
+        self._key, self._value, self._headers, self._error = key, value, headers, error
+
+    def key(self):
+        return self._key
+
+    def value(self):
+        return self._value
+
+    def headers(self):
+        return self._headers
+
+    def error(self):
+        return self._error
+
+
+class FakeReader:
+    """confluent-kafka's Consumer as verify_topic uses it: metadata, assign, consume, close."""
+
+    script: ClassVar[list[list[FakeMessage]]] = []
+    partitions: ClassVar[dict[str, list[int]]] = {}
+    made: ClassVar[list[FakeReader]] = []
+
+    def __init__(self, config):
+        self.config = config
+        self.assigned = []
+        self.closed = False
+        FakeReader.made.append(self)
+
+    def list_topics(self, topic, timeout):
+        t = None
+        if topic in self.partitions:
+            t = type("T", (), {"error": None, "partitions": dict.fromkeys(self.partitions[topic])})()
+        return type("MD", (), {"topics": {} if t is None else {topic: t}})()
+
+    def assign(self, partitions):
+        self.assigned = [(p.topic, p.partition, p.offset) for p in partitions]
+
+    def consume(self, n, timeout):
+        if self.script:
+            return self.script.pop(0)
+        time.sleep(0.01)
+        return []
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def reader(monkeypatch):
+    import confluent_kafka
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", FakeReader)
+    FakeReader.made, FakeReader.script, FakeReader.partitions = [], [], {"t": [1, 0]}
+    return FakeReader
+
+
+def test_reading_a_topic_assigns_every_partition_from_the_start_and_commits_nothing(reader):
+    from confluent_kafka import OFFSET_BEGINNING
+
+    reader.script = [[FakeMessage(b"k", b"R0"), FakeMessage(b"\xff", b"x")], [FakeMessage(b"k", b"R1")]]
+    report = verify_topic("x:9092", "t", [("k", "R0"), ("k", "R1"), (b"\xff", "x")], idle=0.05)
+    assert report.ok, report
+    consumer = reader.made[0]
+    assert consumer.assigned == [("t", 0, OFFSET_BEGINNING), ("t", 1, OFFSET_BEGINNING)]
+    assert consumer.config["enable.auto.commit"] is False and consumer.closed
+
+
+def test_what_has_not_arrived_at_the_timeout_is_lost(reader):
+    reader.script = [[FakeMessage(b"k", b"R0")]]
+    report = verify_topic("x:9092", "t", [("k", "R0"), ("k", "R1")], timeout=0.3, idle=0.05)
+    assert dict(report.lost) == {"k": (b"R1",)}
+
+
+def test_a_fatal_consumer_error_means_the_topic_cannot_be_read(reader):
+    from confluent_kafka import KafkaError
+
+    reader.script = [[FakeMessage(None, None, error=KafkaError(KafkaError._FATAL, "fenced", fatal=True))]]
+    with pytest.raises(VerifyError, match="cannot read topic 't'"):
+        verify_topic("x:9092", "t", [], timeout=2, idle=0.05)
+    assert reader.made[0].closed
+
+
+def test_a_topic_missing_from_the_metadata_is_not_readable(reader):
+    with pytest.raises(VerifyError, match="topic 'absent' is not readable: not in metadata"):
+        verify_topic("x:9092", "absent", [], timeout=0.1)
 
 
 # ---------------------------------------------------------------------- a real topic

@@ -1,0 +1,141 @@
+"""Replay of dead letters and parked messages that an operator asked for.
+
+Guarantee: the owner of a partition replays a key's stored messages in their arrival
+order, in one transaction that first verifies (and locks) the partition's fence, so a
+replay never interleaves with a new owner's work or with live messages of the key. The
+handler's effects, the dedupe identities and the deletion of the replayed messages commit
+together; copies already applied are deleted without being applied again. If one fails
+again, the transaction is redone without its effects: the messages before it stay applied,
+it becomes the key's dead letter with the new error, the key stays parked and the request
+is cleared. See :mod:`pyharvest.inbox.deadletters` for how replay is requested.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+import sqlalchemy as sa
+
+from pyharvest.inbox.checkpoints import Checkpoints, TopicPartition
+from pyharvest.inbox.deadletters import DeadLetter, DeadLetters, describe_error
+from pyharvest.inbox.dedupe import Dedupe
+from pyharvest.inbox.errors import first_line
+from pyharvest.inbox.partitions import Partitions
+from pyharvest.inbox.ports import Handler
+from pyharvest.inbox.recovery import connection_lost
+from pyharvest.inbox.stats import Counters
+
+__all__ = ["Replayer"]
+
+log = logging.getLogger("pyharvest.inbox")
+
+#: Where a replay failed: the failing message's index among the key's letters, and its error.
+_Failure = tuple[int, str]
+
+
+class Replayer:
+    """Looks for replay requests on the owned partitions, at most every ``interval`` seconds."""
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        handler: Handler,
+        *,
+        partitions: Partitions,
+        checkpoints: Checkpoints,
+        dedupe: Dedupe,
+        dead_letters: DeadLetters,
+        drop: Callable[[Iterable[TopicPartition], str], None],
+        counters: Counters,
+        stop: threading.Event,
+        interval: float,
+    ) -> None:
+        self._engine = engine
+        self._handler = handler
+        self._partitions = partitions
+        self._checkpoints = checkpoints
+        self._dedupe = dedupe
+        self._dead_letters = dead_letters
+        self._drop = drop
+        self._counters = counters
+        self._stop = stop
+        self._interval = interval
+        self._last_check = 0.0
+
+    def maybe_replay(self) -> None:
+        owned = self._partitions.owned
+        now = time.monotonic()
+        if not owned or now - self._last_check < self._interval:
+            return
+        self._last_check = now
+        with self._engine.connect() as conn:
+            wanted = [(tp, kh) for tp in sorted(owned) for kh in self._dead_letters.requested(conn, *tp)]
+        for tp, kh in wanted:
+            if tp in owned and not self._stop.is_set():
+                self.replay(tp, kh)
+
+    def replay(self, tp: TopicPartition, khash: str | None) -> None:
+        """Apply a key's stored messages in order, in one fenced transaction (again without
+        the failing one's effects, if one fails)."""
+        failure: _Failure | None = None
+        while True:
+            owned = self._partitions.owned.get(tp)
+            if owned is None:
+                return
+            with self._engine.connect() as conn, conn.begin() as txn:
+                if not self._checkpoints.verify(conn, tp, owned.fence):
+                    txn.rollback()
+                    self._drop([tp], "another consumer took it over (its fence moved)")
+                    return
+                letters = self._dead_letters.load(conn, tp[0], tp[1], khash)
+                outcome = self._replay_letters(conn, letters, failure)
+                if isinstance(outcome, tuple):
+                    txn.rollback()
+                    failure = outcome
+                    continue
+                txn.commit()
+            if failure is None and khash is not None:
+                owned.parked.discard(khash)
+            self._counters.add(replayed=outcome)
+            if failure is None:
+                log.info("replayed %d stored message(s) of %s[%d]", outcome, tp[0], tp[1])
+            else:
+                log.warning("replay of %s[%d] stopped at a message that failed again; it is dead-lettered anew", *tp)
+            return
+
+    def _replay_letters(
+        self, conn: sa.Connection, letters: list[DeadLetter], failure: _Failure | None
+    ) -> int | _Failure:
+        """Apply ``letters`` up to ``failure`` (if known); returns how many were applied, or
+        the new failure, which leaves the transaction to be rolled back."""
+        sources = {L.message.source for L in letters if L.message.source is not None}
+        known = self._dedupe.applied(conn, sources) if sources else set()
+        done: list[int] = []
+        identities: list[dict[str, object]] = []
+        applied = 0
+        for i, letter in enumerate(letters):
+            m = letter.message
+            if failure is not None and i == failure[0]:
+                self._dead_letters.fail_again(conn, letter, failure[1], [x.id for x in letters[i + 1 :]])
+                break
+            if m.source is not None and m.source in known:
+                done.append(letter.id)
+                continue
+            try:
+                self._handler(conn, m)
+            except Exception as e:
+                if connection_lost(e):
+                    raise
+                log.warning("replayed message %r failed again: %s: %s", m, type(e).__name__, first_line(e))
+                return (i, describe_error(e))
+            done.append(letter.id)
+            applied += 1
+            if m.source is not None:
+                known.add(m.source)
+                identities.append(Dedupe.row(m.source, m.topic, m.partition, m.offset))
+        self._dead_letters.delete(conn, done)
+        self._dedupe.remember(conn, identities)
+        return applied
