@@ -47,6 +47,7 @@ from pyharvest.core.events import (
     MeterRead,
     RecordQuarantined,
 )
+from pyharvest.core.identity import OUTBOX_HEADER, RECORD_ID_HEADER, outbox_identity
 from pyharvest.core.kafka import DeliveryError, KafkaClients, ProduceError, Producer
 from pyharvest.core.metrics import HarvestMetrics, Meter
 from pyharvest.core.neli import LeaderStatus, Neli
@@ -55,11 +56,6 @@ from pyharvest.core.records import OutboxRecord
 __all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "Harvest", "Health", "State"]
 
 log = logging.getLogger("pyharvest.harvest")
-
-#: Headers stamped on every published message, stable across re-publication: which outbox
-#: (``<leaderGroupID>/<outboxTable>``) and which row of it. An inbox drops copies by them.
-OUTBOX_HEADER = "pyharvest-outbox"
-RECORD_ID_HEADER = "pyharvest-record-id"
 
 # How long the delivery thread may hold acknowledgements to purge them in one statement.
 COALESCE_SECONDS = 0.005
@@ -161,7 +157,7 @@ class Harvest:
         self._shutdown_deadline: float | None = None
 
         self._identity_header: tuple[str, str] | None = (
-            (OUTBOX_HEADER, f"{self.config.leader_group_id}/{self.config.outbox_table}")
+            (OUTBOX_HEADER, outbox_identity(self.config.leader_group_id, self.config.outbox_table))
             if self.config.identity_headers
             else None
         )
