@@ -18,7 +18,7 @@ from pyharvest.core.events import (
     MeterRead,
     MeterStats,
 )
-from pyharvest.core.harvest import Harvest, State
+from pyharvest.core.harvest import HarvestEngine, State
 from pyharvest.core.records import InvalidRecordError, OutboxRecord, validate_record
 
 __all__ = [
@@ -28,7 +28,7 @@ __all__ = [
     "DatabaseBinding",
     "Event",
     "EventHandler",
-    "Harvest",
+    "HarvestEngine",
     "HarvestError",
     "InvalidRecordError",
     "LeaderAcquired",

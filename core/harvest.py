@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, cast
+from typing import Any, Self, cast
 
 from pyharvest.core.binding import DatabaseBinding, QuarantineBinding, QuarantineEntry
 from pyharvest.core.config import Config, mask_data_source, mask_kafka_config
@@ -53,7 +53,7 @@ from pyharvest.core.metrics import HarvestMetrics, Meter
 from pyharvest.core.neli import LeaderStatus, Neli
 from pyharvest.core.records import OutboxRecord
 
-__all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "Harvest", "Health", "State"]
+__all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "HarvestEngine", "Health", "State"]
 
 log = logging.getLogger("pyharvest.harvest")
 
@@ -104,14 +104,15 @@ class _Flight:
         self._sink(self)
 
 
-class Harvest:
-    """Harvests an outbox table into Kafka. Start it, and stop it when done::
+class HarvestEngine:
+    """Harvests an outbox table into Kafka through the bindings it is given. Start it, and
+    stop it when done::
 
-        with Harvest(config, binding=binding, kafka=clients) as harvest:
+        with HarvestEngine(config, binding=binding, kafka=clients) as harvest:
             ...
 
-    Most users build it through :class:`pyharvest.Harvest`, which supplies the SQL binding
-    and the confluent-kafka clients from the config.
+    Most users build :class:`pyharvest.Harvest` instead, which supplies the SQL binding and
+    the confluent-kafka clients from the config.
     """
 
     def __init__(
@@ -294,7 +295,7 @@ class Harvest:
             raise self._crash
         return True
 
-    def __enter__(self) -> Harvest:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
