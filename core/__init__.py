@@ -20,7 +20,7 @@ from pyharvest.core.events import (
     MeterStats,
     RecordQuarantined,
 )
-from pyharvest.core.harvest import Harvest, State
+from pyharvest.core.harvest import HarvestEngine, State
 from pyharvest.core.records import InvalidRecordError, OutboxRecord, validate_record
 
 __all__ = [
@@ -31,7 +31,7 @@ __all__ = [
     "DeliveryFailed",
     "Event",
     "EventHandler",
-    "Harvest",
+    "HarvestEngine",
     "HarvestError",
     "InvalidRecordError",
     "LeaderAcquired",

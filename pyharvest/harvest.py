@@ -6,13 +6,13 @@ from collections.abc import Callable
 
 from pyharvest.core.binding import DatabaseBinding
 from pyharvest.core.config import Config
-from pyharvest.core.harvest import Harvest as _EngineHarvest
+from pyharvest.core.harvest import HarvestEngine
 from pyharvest.core.kafka import KafkaClients
 
 __all__ = ["Harvest"]
 
 
-class Harvest(_EngineHarvest):
+class Harvest(HarvestEngine):
     """Harvests an outbox table into Kafka.
 
     >>> config = Config(base_kafka_config={"bootstrap.servers": "localhost:9092"},
@@ -21,7 +21,8 @@ class Harvest(_EngineHarvest):
     ...     harvest.join()
 
     ``binding`` and ``kafka`` replace the defaults (the SQL binding chosen by
-    ``config.binding`` or the data source's scheme, and confluent-kafka clients).
+    ``config.binding`` or the data source's scheme, and confluent-kafka clients). The engine
+    underneath, which needs both given, is :class:`pyharvest.core.HarvestEngine`.
     """
 
     def __init__(

@@ -8,19 +8,19 @@ from collections import defaultdict
 
 import pytest
 
-from pyharvest.core import Config, Harvest, Limits, State
+from pyharvest.core import Config, HarvestEngine, Limits, State
 from pyharvest.core.events import LeaderAcquired, LeaderFenced, LeaderRefreshed, LeaderRevoked, MeterRead
 from pyharvest.core.kafka import DeliveryError
 from tests.fakes import FakeBinding, FakeKafka
 
 
-def make(binding: FakeBinding, kafka: FakeKafka, **limits: object) -> Harvest:
+def make(binding: FakeBinding, kafka: FakeKafka, **limits: object) -> HarvestEngine:
     lim = Limits(min_poll_interval=0.005, heartbeat_timeout=0.5, mark_backoff=0.001, io_error_backoff=0.01,
                  min_metrics_interval=0.05, shutdown_timeout=2.0)
     for k, v in limits.items():
         setattr(lim, k, v)
     cfg = Config(leader_topic="app.neli", leader_group_id="app", data_source="fake://", limits=lim)
-    return Harvest(cfg, binding=binding, kafka=kafka)
+    return HarvestEngine(cfg, binding=binding, kafka=kafka)
 
 
 def wait_until(cond, timeout: float = 10.0) -> None:

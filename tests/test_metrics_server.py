@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from pyharvest.bindings.ops import OpsConfig, start_ops_server  # noqa: E402
 from pyharvest.bindings.ops.collector import HarvestCollector  # noqa: E402
-from pyharvest.core import Config, Harvest, Limits  # noqa: E402
+from pyharvest.core import Config, HarvestEngine, Limits  # noqa: E402
 from pyharvest.core.errors import ConfigError, HarvestError  # noqa: E402
 from pyharvest.core.kafka import DeliveryError  # noqa: E402
 from tests.fakes import FakeBinding, FakeKafka  # noqa: E402
@@ -310,7 +310,7 @@ def test_scrape_during_a_harvest_on_a_real_broker(kafka_config, topic_name):
 
     db = FakeBinding()
     fill(db, 200, 20, topic=topic_name)
-    h = Harvest(real_config(str(kafka_config["bootstrap.servers"])), binding=db, kafka=ConfluentClients())
+    h = HarvestEngine(real_config(str(kafka_config["bootstrap.servers"])), binding=db, kafka=ConfluentClients())
     ops = start_ops_server(h, LOCAL)
     try:
         with h:
@@ -331,7 +331,7 @@ def test_readiness_goes_down_with_the_broker_and_comes_back():
     from pyharvest.bindings.kafka.embedded import EmbeddedBroker
 
     broker = EmbeddedBroker().start()
-    h = Harvest(real_config(broker.bootstrap_servers), binding=FakeBinding(), kafka=ConfluentClients())
+    h = HarvestEngine(real_config(broker.bootstrap_servers), binding=FakeBinding(), kafka=ConfluentClients())
     ops = start_ops_server(h, LOCAL)
     try:
         h.start()

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from pyharvest.bindings.kafka.confluent import ConfluentClients
-from pyharvest.core import Config, Harvest, Limits
+from pyharvest.core import Config, HarvestEngine, Limits
 from pyharvest.core.events import LeaderAcquired, LeaderRevoked
 from pyharvest.core.kafka import TopicError
 from tests.fakes import FakeBinding
@@ -17,14 +17,14 @@ from tests.fakes import FakeBinding
 pytestmark = pytest.mark.kafka
 
 
-def harvester(kafka_config, group: str, db: FakeBinding, events: list) -> Harvest:
+def harvester(kafka_config, group: str, db: FakeBinding, events: list) -> HarvestEngine:
     cfg = Config(
         base_kafka_config=dict(kafka_config),
         leader_group_id=group,
         data_source="fake://",
         limits=Limits(heartbeat_timeout=2.0, min_poll_interval=0.05, mark_backoff=0.01, shutdown_timeout=5.0),
     )
-    h = Harvest(cfg, binding=db, kafka=ConfluentClients())
+    h = HarvestEngine(cfg, binding=db, kafka=ConfluentClients())
     h.set_event_handler(events.append)
     return h
 
@@ -69,7 +69,7 @@ def test_unreachable_broker_fails_at_start_with_a_clear_error():
 
     cfg = Config(base_kafka_config={"bootstrap.servers": f"127.0.0.1:{free_port()}", "socket.timeout.ms": 1000},
                  leader_group_id="unreachable", data_source="fake://")
-    h = Harvest(cfg, binding=FakeBinding(), kafka=ConfluentClients())
+    h = HarvestEngine(cfg, binding=FakeBinding(), kafka=ConfluentClients())
     start = time.monotonic()
     with pytest.raises(TopicError, match="cannot reach Kafka"):
         h.start()

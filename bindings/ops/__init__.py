@@ -17,7 +17,7 @@ from pyharvest.core.errors import ConfigError
 if TYPE_CHECKING:
     from pyharvest.bindings.ops.collector import BacklogCounter, HarvestCollector
     from pyharvest.bindings.ops.server import OpsServer
-    from pyharvest.core.harvest import Harvest
+    from pyharvest.core.harvest import HarvestEngine
 
 __all__ = [
     "DEFAULT_ADDRESS",
@@ -31,7 +31,7 @@ __all__ = [
 
 
 def start_ops_server(
-    harvest: Harvest,
+    harvest: HarvestEngine,
     section: Mapping[str, Any] | OpsConfig | None,
     *,
     process_metrics: bool = True,

@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from pyharvest.core.harvest import Harvest
+    from pyharvest.core.harvest import HarvestEngine
 
 __all__ = ["LATENCY_BUCKETS", "BacklogCounter", "HarvestCollector"]
 
@@ -106,7 +106,7 @@ _shared: weakref.WeakKeyDictionary[Any, _HarvestHistograms] = weakref.WeakKeyDic
 _shared_lock = threading.Lock()
 
 
-def _histograms_of(harvest: Harvest, buckets: Sequence[float]) -> _HarvestHistograms:
+def _histograms_of(harvest: HarvestEngine, buckets: Sequence[float]) -> _HarvestHistograms:
     with _shared_lock:
         h = _shared.get(harvest)
         if h is None:
@@ -119,7 +119,7 @@ class BacklogCounter:
     optional ``count()`` method; :attr:`value` is ``None`` while unknown (no ``count()``, not
     started yet, or the last count failed)."""
 
-    def __init__(self, harvest: Harvest, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, harvest: HarvestEngine, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
         self._harvest = harvest
         self.interval = interval
         self._clock = clock
@@ -163,7 +163,7 @@ class BacklogCounter:
             self._stop.wait(self.interval)
 
 
-def _binding_of(harvest: Harvest) -> object | None:
+def _binding_of(harvest: HarvestEngine) -> object | None:
     # The engine holds its binding only while running; a public accessor is preferred if present.
     binding = getattr(harvest, "binding", None)
     if binding is None:
@@ -181,7 +181,7 @@ def _copy_dict(d: dict[str, int]) -> dict[str, int]:
 
 
 class HarvestCollector(Collector):
-    """Reads a :class:`~pyharvest.core.harvest.Harvest` at scrape time.
+    """Reads a :class:`~pyharvest.core.harvest.HarvestEngine` at scrape time.
 
     Every metric is prefixed with ``namespace`` (``pyharvest``). The mark and purge latency
     histograms drain the engine's reservoirs; all collectors of one harvester share the
@@ -190,7 +190,7 @@ class HarvestCollector(Collector):
 
     def __init__(
         self,
-        harvest: Harvest,
+        harvest: HarvestEngine,
         *,
         namespace: str = "pyharvest",
         backlog: BacklogCounter | None = None,

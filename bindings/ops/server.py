@@ -2,7 +2,7 @@
 
 * ``/healthz`` — liveness: 200 while the harvester is starting, running or stopping; 503 once
   it has stopped (crashed or stopped), so an orchestrator restarts the process.
-* ``/readyz`` — readiness: 200 while :meth:`Harvest.health` says ready (running, and neither
+* ``/readyz`` — readiness: 200 while :meth:`HarvestEngine.health` says ready (running, and neither
   the broker nor the database known to be unreachable), leader or standby alike; 503
   otherwise. Both answer a JSON body saying what is up and what is down.
 * ``/metrics`` — the Prometheus exposition (OpenMetrics when the scraper asks for it).
@@ -24,21 +24,21 @@ if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
     from pyharvest.bindings.ops.collector import BacklogCounter
-    from pyharvest.core.harvest import Harvest
+    from pyharvest.core.harvest import HarvestEngine
 
 __all__ = ["OpsServer", "health_report", "liveness_report"]
 
 log = logging.getLogger("pyharvest.ops")
 
 
-def liveness_report(harvest: Harvest) -> tuple[bool, dict[str, Any]]:
+def liveness_report(harvest: HarvestEngine) -> tuple[bool, dict[str, Any]]:
     """``(alive, body)`` for ``/healthz``: alive until the harvester has stopped."""
     state = harvest.state
     alive = state is not State.STOPPED
     return alive, {"status": "alive" if alive else "stopped", "state": state.value}
 
 
-def health_report(harvest: Harvest) -> tuple[bool, dict[str, Any]]:
+def health_report(harvest: HarvestEngine) -> tuple[bool, dict[str, Any]]:
     """``(ready, body)`` for ``/readyz``; ``body["down"]`` lists what is not up."""
     health = harvest.health()
     down = []
@@ -127,7 +127,7 @@ class OpsServer:
 
     def __init__(
         self,
-        harvest: Harvest,
+        harvest: HarvestEngine,
         registry: CollectorRegistry,
         address: str,
         port: int,

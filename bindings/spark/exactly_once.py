@@ -28,14 +28,13 @@ import sqlalchemy as sa
 
 from pyharvest.bindings.spark.database import Database, bulk_insert
 from pyharvest.core.errors import ConfigError
+from pyharvest.core.identity import OUTBOX_HEADER, RECORD_ID_HEADER
 from pyharvest.plugins.api import TableName, UTCDateTime, parse_table_name
 
 __all__ = ["IDENTITY_COLUMN", "OUTBOX_HEADER", "RECORD_ID_HEADER", "ApplyFunction", "ExactlyOnceSink", "insert_rows"]
 
 log = logging.getLogger("pyharvest.spark")
 
-OUTBOX_HEADER = "pyharvest-outbox"
-RECORD_ID_HEADER = "pyharvest-record-id"
 IDENTITY_COLUMN = "_pyharvest_identity"
 IDENTITY_LENGTH = 255
 _LOOKUP_CHUNK = 1000
