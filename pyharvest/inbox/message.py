@@ -17,12 +17,10 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pyharvest.core.identity import OUTBOX_HEADER, RECORD_ID_HEADER
+
 __all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "InboxMessage", "MessageHeader", "delivery_id_for", "source_identity"]
 
-# The harvester's names (pyharvest.core.harvest); repeated here so that the inbox does not
-# import the engine.
-OUTBOX_HEADER = "pyharvest-outbox"
-RECORD_ID_HEADER = "pyharvest-record-id"
 
 #: A header as Kafka delivers it: raw bytes, or None for a null value. Not an outbox record's
 #: :data:`pyharvest.core.records.Header`, whose value is the str or bytes the stasher wrote.
