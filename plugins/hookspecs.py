@@ -121,3 +121,19 @@ def pyharvest_bulk_writer(
     application's connections inside its transaction (so any look-up must only read); the
     caller caches the answer. A None is asked again after an ``INSERT`` into the table
     fails: it may have come from a table not yet created."""
+
+
+@hookspec(firstresult=True)
+def pyharvest_shard_filter(source: sa.FromClause, shards: int, shard: int) -> sa.ColumnElement[bool] | None:
+    """The rows of ``source`` (the outbox, or the alias a mark selects from) in ``shard`` of
+    ``shards``: by the stored key hash, ``COALESCE(kafka_key_hash, 0) % shards = shard`` by
+    default (a row without a hash is in shard 0). It must match what
+    :func:`pyharvest_shard_ddl` indexes, so that a shard's mark reads only its own rows."""
+
+
+@hookspec(firstresult=True)
+def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence[str] | None:
+    """The statements that let :func:`pyharvest_shard_filter` read one shard's rows in id
+    order through an index named ``index`` (an expression index, or a generated column and an
+    index on it). Run once, by ``reaper init-db --shards N``, when no index of that name exists.
+    Default: ``CREATE INDEX index ON table ((COALESCE(kafka_key_hash, 0) % shards), id)``."""

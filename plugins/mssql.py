@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import sqlalchemy as sa
 from sqlalchemy.dialects import mssql
 
 from pyharvest.plugins.api import (
@@ -65,7 +66,8 @@ CREATE TABLE {t} (
   kafka_key     NVARCHAR({KEY_LENGTH}) NOT NULL,
   kafka_value   VARBINARY(MAX) NULL,
   kafka_headers VARCHAR(MAX) NOT NULL DEFAULT '[]',
-  leader_id     VARCHAR(36) NULL
+  leader_id     VARCHAR(36) NULL,
+  kafka_key_hash INT NULL
 )"""
     ]
 
@@ -74,3 +76,22 @@ CREATE TABLE {t} (
 def pyharvest_mark_strategy(table: OutboxTable) -> MarkStrategy:
     # literal=False: SQLAlchemy renders an integer limit as TOP (n), a literal column as ROW_NUMBER().
     return ReturningMark(MarkQuery(table, table_hint=LOCK_HINT, literal=False))
+
+
+def _shard_column(shards: int) -> str:
+    return f"kafka_shard_{int(shards)}"
+
+
+@hookimpl
+def pyharvest_shard_filter(source: sa.FromClause, shards: int, shard: int) -> sa.ColumnElement[bool]:
+    # An indexed computed column; unqualified, as only the outbox (or the mark's alias of it) has it.
+    return sa.literal_column(_shard_column(shards)) == sa.literal_column(str(int(shard)))
+
+
+@hookimpl
+def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence[str]:
+    t, column = table.name.quoted(_preparer), _preparer.quote(_shard_column(shards))
+    return [
+        f"ALTER TABLE {t} ADD {column} AS (COALESCE(kafka_key_hash, 0) % {int(shards)})",
+        f"CREATE INDEX {_preparer.quote(index)} ON {t} ({column}, id)",
+    ]

@@ -55,6 +55,27 @@ def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str] | None:
   kafka_key     VARCHAR({KEY_LENGTH}) NOT NULL,
   kafka_value   LONGBLOB NULL,
   kafka_headers LONGTEXT NOT NULL,
-  leader_id     VARCHAR(36) NULL
+  leader_id     VARCHAR(36) NULL,
+  kafka_key_hash INT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"""
+    ]
+
+
+def _shard_column(shards: int) -> str:
+    return f"kafka_shard_{int(shards)}"
+
+
+@hookimpl
+def pyharvest_shard_filter(source: sa.FromClause, shards: int, shard: int) -> sa.ColumnElement[bool]:
+    # MariaDB cannot index an expression: the shard is a virtual column, indexed with the id.
+    # Unqualified: inside the mark's row choice only the outbox has it.
+    return sa.literal_column(_shard_column(shards)) == sa.literal_column(str(int(shard)))
+
+
+@hookimpl
+def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence[str]:
+    t, column = table.name.quoted(_preparer), _preparer.quote(_shard_column(shards))
+    return [
+        f"ALTER TABLE {t} ADD COLUMN {column} SMALLINT AS (COALESCE(kafka_key_hash, 0) % {int(shards)}) VIRTUAL, "
+        f"ADD INDEX {_preparer.quote(index)} ({column}, id)"
     ]

@@ -63,7 +63,8 @@ def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str] | None:
   kafka_key     NVARCHAR2({KEY_LENGTH}) NOT NULL,
   kafka_value   BLOB,
   kafka_headers CLOB DEFAULT '[]' NOT NULL,
-  leader_id     VARCHAR2(36 CHAR)
+  leader_id     VARCHAR2(36 CHAR),
+  kafka_key_hash NUMBER(10)
 )"""
     ]
 
@@ -72,3 +73,12 @@ def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str] | None:
 def pyharvest_mark_strategy(table: OutboxTable) -> MarkStrategy:
     # lock=False: Oracle refuses FOR UPDATE beside FETCH FIRST; the update's own row locks serialise markers.
     return ReturningIdsMark(MarkQuery(table, lock=False))
+
+
+@hookimpl
+def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence[str]:
+    # SQLAlchemy renders the default filter's modulo as MOD(): the index must say the same.
+    return [
+        f"CREATE INDEX {_preparer.quote(index)} ON {table.name.quoted(_preparer)} "
+        f"(MOD(COALESCE(kafka_key_hash, 0), {int(shards)}), id)"
+    ]

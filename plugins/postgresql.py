@@ -118,7 +118,8 @@ def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str]:
   kafka_key     VARCHAR({KEY_LENGTH}) NOT NULL,
   kafka_value   BYTEA,
   kafka_headers TEXT NOT NULL DEFAULT '[]',
-  leader_id     VARCHAR(36)
+  leader_id     VARCHAR(36),
+  kafka_key_hash INTEGER
 ) WITH (fillfactor = 50)"""
     ]
 
@@ -250,3 +251,12 @@ def pyharvest_bulk_writer(
     if kind not in _COPYABLE_KINDS or row_security or rules:
         return None
     return CopyWriter(table, columns, exact_types)
+
+
+@hookimpl
+def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence[str]:
+    # The expression is the default shard filter's, so the planner matches it to this index.
+    return [
+        f"CREATE INDEX IF NOT EXISTS {_preparer.quote(index)} ON {table.name.quoted(_preparer)} "
+        f"((COALESCE(kafka_key_hash, 0) % {int(shards)}), id)"
+    ]

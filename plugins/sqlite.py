@@ -72,7 +72,8 @@ def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str] | None:
   kafka_key     VARCHAR({KEY_LENGTH}) NOT NULL,
   kafka_value   BLOB,
   kafka_headers TEXT NOT NULL DEFAULT '[]',
-  leader_id     VARCHAR(36)
+  leader_id     VARCHAR(36),
+  kafka_key_hash INTEGER
 )"""
     ]
 
@@ -80,3 +81,12 @@ def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str] | None:
 @hookimpl
 def pyharvest_mark_strategy(table: OutboxTable) -> MarkStrategy:
     return ReturningMark(MarkQuery(table, lock=False))
+
+
+@hookimpl
+def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence[str]:
+    # SQLAlchemy does not reflect expression indexes on SQLite: IF NOT EXISTS keeps init-db idempotent.
+    return [
+        f"CREATE INDEX IF NOT EXISTS {_preparer.quote(index)} ON {table.name.quoted(_preparer)} "
+        f"((COALESCE(kafka_key_hash, 0) % {int(shards)}), id)"
+    ]

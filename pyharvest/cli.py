@@ -115,7 +115,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
         outbox = OutboxTable.build(parse_table_name(args.table))
         for what, sql in harvester_statements(
-            load_dialect(args.binding), outbox, quarantine=args.poison_policy == "quarantine"
+            load_dialect(args.binding), outbox, quarantine=args.poison_policy == "quarantine", shards=args.shards
         ):
             print(f"\n-- {what}\n{sql};")
     return EXIT_OK
@@ -124,12 +124,22 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_init_db(args: argparse.Namespace) -> int:
     from pyharvest.bindings.sql import create_outbox_table
 
-    create_outbox_table(args.data_source, args.table, args.binding, quarantine=args.quarantine)
+    create_outbox_table(args.data_source, args.table, args.binding, quarantine=args.quarantine, shards=args.shards)
     print(f"outbox table {args.table!r} is ready at {mask_data_source(args.data_source)}")
     return EXIT_OK
 
 
 # ---------------------------------------------------------------------- wiring
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -151,6 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--table", default="outbox", help="outbox table name, optionally schema-qualified")
     init.add_argument("--binding", default=None, help="dialect plugin (default: from the URL's scheme)")
     init.add_argument(
+        "--shards", type=_positive, default=1,
+        help="also make the table ready to be harvested in this many shards: the key hash column and its index",
+    )
+    init.add_argument(
         "--quarantine", action="store_true", help="also create <table>_quarantine (for poisonPolicy: quarantine)"
     )
     init.set_defaults(func=cmd_init_db)
@@ -165,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument(
         "--poison-policy", choices=POISON_POLICIES, default="block",
         help="with --statements: the statements of this policy (quarantine adds the key filter and its table)",
+    )
+    schema.add_argument(
+        "--shards", type=_positive, default=1,
+        help="with --statements: the shard index and a shard's mark for this many shards",
     )
     schema.set_defaults(func=cmd_schema)
 

@@ -52,6 +52,7 @@ from pyharvest import tracing
 from pyharvest.core.records import Header, OutboxRecord, validate_record
 from pyharvest.plugins.api import (
     GOHARVEST,
+    KEY_HASH_COLUMN,
     NATIVE,
     BulkWriter,
     OutboxTable,
@@ -69,10 +70,10 @@ if TYPE_CHECKING:
 __all__ = ["AsyncPreparedStasher", "BatchStasher", "PreparedStasher", "Stasher", "astash", "stash"]
 
 _lock = threading.Lock()
-# (dialect name, table, layout) → (outbox table, insert statement)
-_statements: dict[tuple[str, TableName, str], tuple[OutboxTable, sa.Insert]] = {}
-# engine → table → layout; weak so that disposed engines do not linger
-_layouts: weakref.WeakKeyDictionary[sa.Engine, dict[TableName, str]] = weakref.WeakKeyDictionary()
+# (dialect name, table, layout, has key hash) → (outbox table, insert statement)
+_statements: dict[tuple[str, TableName, str, bool], tuple[OutboxTable, sa.Insert]] = {}
+# engine → table → (layout, has the key hash column); weak so that disposed engines do not linger
+_shapes: weakref.WeakKeyDictionary[sa.Engine, dict[TableName, tuple[str, bool]]] = weakref.WeakKeyDictionary()
 
 
 class _Bulk(NamedTuple):
@@ -112,45 +113,44 @@ async def _async_connection(tx: AsyncTx) -> AsyncConnection:
     raise TypeError(f"astash needs a SQLAlchemy AsyncConnection or AsyncSession, got {type(tx).__name__}")
 
 
-def _known_layout(engine: sa.Engine, table: TableName) -> str | None:
+def _known_shape(engine: sa.Engine, table: TableName) -> tuple[str, bool] | None:
     with _lock:
-        return _layouts.get(engine, {}).get(table)
+        return _shapes.get(engine, {}).get(table)
 
 
-def _single_layout(dialect: sa.Dialect) -> str | None:
-    """The layout when the database's pyharvest dialect has only one (no look-up needed)."""
-    plugin = dialect_of(dialect)
-    if plugin is None:
-        return NATIVE  # no pyharvest dialect serves it: only the portable layout can be there
-    layouts = plugin.table_layouts()
-    return layouts[0] if len(layouts) == 1 else None
-
-
-def _layout_of(conn: sa.Connection, table: TableName) -> str:
-    single = _single_layout(conn.dialect)
-    if single is not None:
-        return single
-    known = _known_layout(conn.engine, table)
+def _shape_of(conn: sa.Connection, table: TableName) -> tuple[str, bool]:
+    """The table's layout, as its dialect recognises it from the columns, and whether it has
+    the key hash column; looked up once per engine."""
+    known = _known_shape(conn.engine, table)
     if known is not None:
         return known
+    try:
+        reflected = sa.inspect(conn).get_columns(table.name, schema=table.schema)
+    except sa.exc.NoSuchTableError:
+        return NATIVE, False  # not remembered: the INSERT raises the database's own error
+    columns = {c["name"].lower(): c for c in reflected}
     plugin = dialect_of(conn.dialect)
-    assert plugin is not None  # _single_layout answered for dialect-less databases
-    layout = plugin.layout_of(conn, table)
+    layout = (plugin.detect_layout(columns) if plugin is not None else None) or NATIVE
+    shape = (layout, layout == NATIVE and KEY_HASH_COLUMN in columns)
     with _lock:
-        _layouts.setdefault(conn.engine, {})[table] = layout
-    return layout
+        _shapes.setdefault(conn.engine, {})[table] = shape
+    return shape
 
 
-async def _alayout_of(conn: AsyncConnection, table: TableName) -> str:
-    single = _single_layout(conn.dialect)
-    if single is not None:
-        return single
+async def _ashape_of(conn: AsyncConnection, table: TableName) -> tuple[str, bool]:
     # The cache is shared with the sync path: an AsyncEngine wraps a sync Engine.
-    known = _known_layout(conn.sync_engine, table)
+    known = _known_shape(conn.sync_engine, table)
     if known is not None:
         return known
     # Inspection is synchronous in SQLAlchemy; run_sync runs it on the async driver.
-    return await conn.run_sync(_layout_of, table)
+    return await conn.run_sync(_shape_of, table)
+
+
+def _forced(shape: tuple[str, bool], layout: str | None) -> tuple[str, bool]:
+    """``shape`` with the layout the caller named, if any (only the native one has a key hash)."""
+    if layout is None:
+        return shape
+    return layout, shape[1] and layout == NATIVE
 
 
 def _bulk_writer_of(conn: sa.Connection, outbox: OutboxTable) -> _Bulk | None:
@@ -173,11 +173,11 @@ def _forget_bulk_writer(engine: sa.Engine, outbox: OutboxTable) -> None:
         _bulk_writers.get(engine, {}).pop((outbox.name, outbox.layout), None)
 
 
-def _statement(dialect: str, table: TableName, layout: str) -> tuple[OutboxTable, sa.Insert]:
-    key = (dialect, table, layout)
+def _statement(dialect: str, table: TableName, shape: tuple[str, bool]) -> tuple[OutboxTable, sa.Insert]:
+    key = (dialect, table, *shape)
     found = _statements.get(key)
     if found is None:
-        outbox = OutboxTable.build(table, layout)
+        outbox = OutboxTable.build(table, shape[0], key_hash=shape[1])
         found = (outbox, sa.insert(outbox.table))
         with _lock:
             _statements[key] = found
@@ -371,15 +371,15 @@ class Stasher:
     def prepare(self, tx: sa.Connection | Session) -> PreparedStasher:
         """A stasher bound to ``tx``'s connection (and so to its transaction)."""
         conn = _connection(tx)
-        layout = self.layout or _layout_of(conn, self.table)
-        outbox, insert = _statement(conn.dialect.name, self.table, layout)
+        shape = _forced(_shape_of(conn, self.table), self.layout)
+        outbox, insert = _statement(conn.dialect.name, self.table, shape)
         return PreparedStasher(conn, outbox, insert, self.propagate_trace, self.bulk)
 
     async def aprepare(self, tx: AsyncTx) -> AsyncPreparedStasher:
         """:meth:`prepare` for an ``AsyncConnection`` or ``AsyncSession``."""
         conn = await _async_connection(tx)
-        layout = self.layout or await _alayout_of(conn, self.table)
-        outbox, insert = _statement(conn.dialect.name, self.table, layout)
+        shape = _forced(await _ashape_of(conn, self.table), self.layout)
+        outbox, insert = _statement(conn.dialect.name, self.table, shape)
         return AsyncPreparedStasher(conn, outbox, insert, self.propagate_trace)
 
     def batch(self, tx: sa.Connection | Session, flush_every: int = 100) -> BatchStasher:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -14,6 +15,7 @@ import sqlalchemy as sa
 from pyharvest.bindings.sql.quarantine import QuarantinedKey, QuarantineTable
 from pyharvest.bindings.sql.statements import OutboxStatements
 from pyharvest.core.binding import QuarantineEntry
+from pyharvest.core.errors import BindingError
 from pyharvest.core.records import OutboxRecord
 from pyharvest.plugins.api import Dialect, MalformedRowError, MarkStrategy, OutboxTable
 
@@ -75,6 +77,25 @@ class SqlBinding:
         statements = OutboxStatements.build(outbox, dialect)
         self._purge, self._reset, self._reset_own = statements.purge, statements.reset, statements.reset_own
         self._count = statements.count
+        self._owns_engine = True
+
+    def for_shard(self, shards: int, shard: int) -> SqlBinding:
+        """A binding on the same engine whose marks take only the rows of ``shard`` of
+        ``shards`` (the table needs the key hash column: ``reaper init-db --shards N``).
+        Disposing it leaves the engine to this binding."""
+        if not self.outbox.key_hash:
+            raise BindingError(
+                f"outbox table {str(self.outbox.name)!r} has no kafka_key_hash column, so its rows cannot be "
+                f"placed in shards; add it with `reaper init-db --table {self.outbox.name} --shards {shards}`"
+            )
+        shard_filter = functools.partial(self.dialect.shard_filter, shards=shards, shard=shard)
+        outbox = self.outbox.where(shard_filter)
+        part = SqlBinding(
+            self.engine, outbox, self.dialect, on_malformed=self.on_malformed, display_url=self._display_url,
+            quarantine=self.quarantine_table,
+        )
+        part._owns_engine = False
+        return part
 
     def __repr__(self) -> str:
         return (
@@ -192,4 +213,5 @@ class SqlBinding:
             conn.execute(_PING).scalar_one()
 
     def dispose(self) -> None:
-        self.engine.dispose()
+        if self._owns_engine:
+            self.engine.dispose()

@@ -7,8 +7,8 @@ from typing import Any
 from pyharvest.bindings.sql.binding import MalformedRowHandler, SqlBinding
 from pyharvest.bindings.sql.connect import create_engine, resolve
 from pyharvest.bindings.sql.quarantine import QuarantineTable
-from pyharvest.bindings.sql.schema import check_privileges, check_table
-from pyharvest.plugins.api import OutboxTable, TableName, parse_table_name
+from pyharvest.bindings.sql.schema import check_privileges, check_table, has_key_hash
+from pyharvest.plugins.api import NATIVE, OutboxTable, TableName, parse_table_name
 
 __all__ = ["create_binding"]
 
@@ -41,7 +41,7 @@ def create_binding(
     engine = create_engine(url, plugin, **(engine_options or {}))
     try:
         found = check_table(engine, name, plugin, layout)
-        outbox = OutboxTable.build(name, found)
+        outbox = OutboxTable.build(name, found, key_hash=found == NATIVE and has_key_hash(engine, name))
         q = None
         if quarantine:
             q = QuarantineTable.for_outbox(outbox)

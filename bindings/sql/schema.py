@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import warnings
 from typing import Any
 
 import sqlalchemy as sa
@@ -9,7 +12,10 @@ from sqlalchemy.exc import NoSuchTableError
 
 from pyharvest.bindings.sql.connect import create_engine, resolve
 from pyharvest.core.errors import BindingError
+from pyharvest.core.shards import key_hash
 from pyharvest.plugins.api import (
+    KEY_HASH_COLUMN,
+    MAX_PART_LENGTH,
     NATIVE,
     REQUIRED_COLUMNS,
     Dialect,
@@ -19,7 +25,18 @@ from pyharvest.plugins.api import (
     parse_table_name,
 )
 
-__all__ = ["check_privileges", "check_table", "create_outbox_table", "schema_ddl"]
+__all__ = [
+    "check_privileges",
+    "check_table",
+    "create_outbox_table",
+    "has_key_hash",
+    "has_shard_index",
+    "prepare_shards",
+    "schema_ddl",
+    "shard_index_name",
+]
+
+log = logging.getLogger("pyharvest.bindings.sql")
 
 
 def _layout_supported(plugin: Dialect, layout: str) -> None:
@@ -45,9 +62,12 @@ def create_outbox_table(
     layout: str = NATIVE,
     *,
     quarantine: bool = False,
+    shards: int = 1,
 ) -> None:
     """Create the outbox table unless it exists (idempotent); an existing table is checked.
-    ``quarantine=True`` also creates its quarantine table (``poisonPolicy: quarantine``)."""
+    ``quarantine=True`` also creates its quarantine table (``poisonPolicy: quarantine``).
+    ``shards`` > 1 also makes it ready to be harvested in that many shards
+    (:func:`prepare_shards`)."""
     name = parse_table_name(table)
     url, plugin = resolve(data_source, dialect)
     _layout_supported(plugin, layout)
@@ -62,8 +82,79 @@ def create_outbox_table(
             from pyharvest.bindings.sql.quarantine import create_quarantine_table
 
             create_quarantine_table(engine, name)
+        if shards > 1:
+            prepare_shards(engine, name, plugin, shards)
     finally:
         engine.dispose()
+
+
+def has_key_hash(engine: sa.Engine | sa.Connection, name: TableName) -> bool:
+    """Whether the table has the key hash column that places rows in shards."""
+    columns = sa.inspect(engine).get_columns(name.name, schema=name.schema)
+    return any(c["name"].lower() == KEY_HASH_COLUMN for c in columns)
+
+
+def shard_index_name(name: TableName, shards: int) -> str:
+    """``<table>_shards<N>``, shortened with a hash past the identifier limit."""
+    suffix = f"_shards{int(shards)}"
+    base = name.name
+    if len(base) + len(suffix) > MAX_PART_LENGTH:
+        digest = hashlib.sha1(base.encode(), usedforsecurity=False).hexdigest()[:8]
+        base = f"{base[: MAX_PART_LENGTH - len(suffix) - 9]}_{digest}"
+    return base + suffix
+
+
+def has_shard_index(engine: sa.Engine, name: TableName, shards: int) -> bool:
+    wanted = shard_index_name(name, shards).lower()
+    with warnings.catch_warnings():
+        # SQLite's expression indexes are not reflected (its DDL is idempotent instead).
+        warnings.simplefilter("ignore", sa.exc.SAWarning)
+        indexes = sa.inspect(engine).get_indexes(name.name, schema=name.schema)
+    return any((ix.get("name") or "").lower() == wanted for ix in indexes)
+
+
+def prepare_shards(engine: sa.Engine, name: TableName, plugin: Dialect, shards: int) -> None:
+    """Make the native table ready for ``shards`` shards (idempotent): add the key hash column
+    if it is missing and fill it in for the rows already there, then create the dialect's shard
+    index (see :func:`pyharvest.plugins.hookspecs.pyharvest_shard_ddl`)."""
+    layout = check_table(engine, name, plugin)
+    if layout != NATIVE:
+        raise BindingError(
+            f"outbox table {str(name)!r} has the {layout!r} layout, which has no {KEY_HASH_COLUMN} column: "
+            "shards need the native layout (goharvest's table is kept exactly as goharvest writes it)"
+        )
+    preparer = engine.dialect.identifier_preparer
+    if not has_key_hash(engine, name):
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"ALTER TABLE {name.quoted(preparer)} ADD {preparer.quote(KEY_HASH_COLUMN)} INTEGER")
+        log.info("added column %s to %s", KEY_HASH_COLUMN, name)
+    filled = fill_key_hashes(engine, OutboxTable.build(name, NATIVE, key_hash=True))
+    if filled:
+        log.info("filled in the key hash of %d existing row(s) of %s", filled, name)
+    if not has_shard_index(engine, name, shards):
+        outbox = OutboxTable.build(name, NATIVE, key_hash=True)
+        with engine.begin() as conn:
+            for stmt in plugin.shard_ddl(outbox, shards, shard_index_name(name, shards)):
+                conn.execute(sa.text(stmt))  # text(): the driver sees a modulo, not a placeholder
+        log.info("created the index for %d shards on %s", shards, name)
+
+
+def fill_key_hashes(engine: sa.Engine, outbox: OutboxTable, batch: int = 1000) -> int:
+    """Set the key hash of rows written without one (by a writer that predates the column)."""
+    t = outbox.table
+    hash_column = t.c[KEY_HASH_COLUMN]
+    pending = sa.select(t.c.id, t.c.kafka_key).where(hash_column.is_(None), t.c.id > sa.bindparam("after"))
+    pending = pending.order_by(t.c.id).limit(batch)
+    fill = sa.update(t).where(t.c.id == sa.bindparam("row_id")).values({KEY_HASH_COLUMN: sa.bindparam("h")})
+    total, after = 0, -1
+    while True:
+        with engine.begin() as conn:
+            rows = conn.execute(pending, {"after": after}).all()
+            if not rows:
+                return total
+            conn.execute(fill, [{"row_id": i, "h": key_hash(k)} for i, k in rows])
+        total += len(rows)
+        after = rows[-1][0]
 
 
 def check_table(engine: sa.Engine, name: TableName, plugin: Dialect, layout: str | None = None) -> str:

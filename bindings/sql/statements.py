@@ -8,6 +8,7 @@ will run, and the SQL of databases that cannot run here becomes visible.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -42,16 +43,29 @@ class OutboxStatements:
 
 
 def harvester_statements(
-    dialect: Dialect, outbox: OutboxTable, *, quarantine: bool = False, limit: int = 1000
+    dialect: Dialect, outbox: OutboxTable, *, quarantine: bool = False, limit: int = 1000, shards: int = 1
 ) -> list[tuple[str, str]]:
     """``(what, SQL)`` for every statement the harvester runs on ``outbox``, compiled for the
-    dialect's database with sample parameters; ``quarantine`` as with ``poisonPolicy: quarantine``."""
+    dialect's database with sample parameters; ``quarantine`` as with ``poisonPolicy: quarantine``;
+    ``shards`` > 1 shows the shard index and the mark of shard 0 (the others differ only in
+    the shard number)."""
     target = dialect.sqlalchemy_dialect()
-    q = QuarantineTable.for_outbox(outbox) if quarantine else None
-    marked = outbox.where(q.row_filter) if q is not None else outbox
     out: list[tuple[str, str]] = []
+    marked = outbox
+    if shards > 1:
+        from pyharvest.bindings.sql.schema import shard_index_name
+
+        outbox = marked = OutboxTable.build(outbox.name, outbox.layout, key_hash=True)
+        index = shard_index_name(outbox.name, shards)
+        out += [(f"shard index for {shards} shards (reaper init-db --shards {shards})", ddl)
+                for ddl in dialect.shard_ddl(outbox, shards, index)]
+        marked = outbox.where(functools.partial(dialect.shard_filter, shards=shards, shard=0))
+    q = QuarantineTable.for_outbox(outbox) if quarantine else None
+    if q is not None:
+        marked = marked.where(q.row_filter)
+    what = "mark" if shards == 1 else f"mark of shard 0 of {shards}"
     for n, stmt in enumerate(dialect.mark_strategy(marked).statements(limit), start=1):
-        out.append((f"mark ({n} of a mark's statements, limit {limit})", _compile(stmt, target)))
+        out.append((f"{what} ({n} of a mark's statements, limit {limit})", _compile(stmt, target)))
     s = OutboxStatements.build(outbox, dialect)
     out += [
         ("purge (acknowledged records)", _compile(s.purge, target)),

@@ -39,6 +39,7 @@ from pyharvest.plugins.api.marking import (
 )
 from pyharvest.plugins.api.table import (
     GOHARVEST,
+    KEY_HASH_COLUMN,
     KEY_LENGTH,
     LAYOUTS,
     NATIVE,
@@ -56,6 +57,7 @@ __all__ = [
     "EMPTY_HEADERS",
     "ENTRY_POINT_GROUP",
     "GOHARVEST",
+    "KEY_HASH_COLUMN",
     "KEY_LENGTH",
     "LAYOUTS",
     "MAX_PART_LENGTH",

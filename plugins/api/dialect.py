@@ -141,6 +141,26 @@ class Dialect:
         )
         return writer
 
+    def shard_filter(self, source: sa.FromClause, shards: int, shard: int) -> sa.ColumnElement[bool]:
+        """The rows of ``source`` in ``shard`` of ``shards``."""
+        clause: sa.ColumnElement[bool] | None = self._hook.pyharvest_shard_filter(
+            source=source, shards=shards, shard=shard
+        )
+        if clause is None:
+            clause = shard_expression(source, shards) == _literal(shard)
+        return clause
+
+    def shard_ddl(self, table: OutboxTable, shards: int, index: str) -> list[str]:
+        """What the shard filter needs to read one shard through an index."""
+        ddl = self._hook.pyharvest_shard_ddl(table=table, shards=shards, index=index)
+        if ddl is None:
+            preparer = self.sqlalchemy_dialect().identifier_preparer
+            ddl = [
+                f"CREATE INDEX {preparer.quote(index)} ON {table.name.quoted(preparer)} "
+                f"((COALESCE(kafka_key_hash, 0) % {int(shards)}), id)"
+            ]
+        return list(ddl)
+
     def layout_of(self, connection: sa.Connection, name: TableName) -> str:
         """The layout of the existing table ``name``: the dialect's only one, or recognised from
         the columns by its ``pyharvest_detect_layout`` (``native`` when it does not say)."""
@@ -215,3 +235,17 @@ def dialect_of(database: sa.Connection | sa.Engine | sa.Dialect) -> Dialect | No
         found = None
     _by_backend[backend] = found
     return found
+
+
+def _literal(n: int) -> sa.ColumnElement[int]:
+    import sqlalchemy as sa
+
+    # int(): only a number reaches the SQL; a literal, so an expression index can match it.
+    return sa.literal_column(str(int(n)), sa.Integer)
+
+
+def shard_expression(source: sa.FromClause, shards: int) -> sa.ColumnElement[int]:
+    """``COALESCE(kafka_key_hash, 0) % shards`` on ``source``: the default shard of a row."""
+    import sqlalchemy as sa
+
+    return sa.func.coalesce(source.c.kafka_key_hash, _literal(0)) % _literal(shards)

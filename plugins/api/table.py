@@ -28,10 +28,12 @@ from sqlalchemy.types import TypeDecorator
 from pyharvest.core.errors import BindingError
 from pyharvest.core.headers import decode_headers, encode_headers
 from pyharvest.core.records import InvalidRecordError, OutboxRecord
+from pyharvest.core.shards import key_hash
 from pyharvest.plugins.api.identifiers import TableName
 
 __all__ = [
     "GOHARVEST",
+    "KEY_HASH_COLUMN",
     "KEY_LENGTH",
     "LAYOUTS",
     "NATIVE",
@@ -45,6 +47,9 @@ NATIVE = "native"
 GOHARVEST = "goharvest"
 LAYOUTS = (NATIVE, GOHARVEST)
 
+#: The native layout's optional column holding the key's hash (:func:`pyharvest.core.shards.key_hash`),
+#: which places a row in a shard when the outbox is harvested in shards.
+KEY_HASH_COLUMN = "kafka_key_hash"
 TOPIC_LENGTH = 249  # Kafka's limit
 KEY_LENGTH = 255  # characters; enough for ids, UUIDs and composite keys
 LEADER_ID_LENGTH = 36  # a UUID in text form
@@ -201,6 +206,15 @@ def _encode_goharvest(record: OutboxRecord, now: datetime) -> dict[str, Any]:
     }
 
 
+def _with_key_hash(encode: Callable[[OutboxRecord, datetime], dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    def encode_with_hash(record: OutboxRecord, now: datetime) -> dict[str, Any]:
+        row = encode(record, now)
+        row[KEY_HASH_COLUMN] = key_hash(record.key)
+        return row
+
+    return encode_with_hash
+
+
 # A layout's (columns, decode a row, encode a record).
 _Codec = tuple[Callable[[], list[sa.Column[Any]]], Callable[..., OutboxRecord], Callable[..., dict[str, Any]]]
 _CODECS: dict[str, _Codec] = {
@@ -222,20 +236,30 @@ class OutboxTable:
     decode: Callable[[Sequence[Any]], OutboxRecord] = field(repr=False)
     encode: Callable[[OutboxRecord, datetime], dict[str, Any]] = field(repr=False)
     #: Clauses every mark adds to its row choice, each given the table (or the alias) the mark
-    #: selects from: the quarantine's ``NOT EXISTS`` with ``poisonPolicy: quarantine``.
+    #: selects from: the quarantine's ``NOT EXISTS`` with ``poisonPolicy: quarantine``, the
+    #: shard's key filter when the outbox is harvested in shards.
     filters: tuple[RowFilter, ...] = field(default=(), repr=False)
+    #: The table has the :data:`KEY_HASH_COLUMN`, which the stasher fills in.
+    key_hash: bool = False
 
     @classmethod
-    def build(cls, name: TableName, layout: str = NATIVE) -> OutboxTable:
+    def build(cls, name: TableName, layout: str = NATIVE, *, key_hash: bool = False) -> OutboxTable:
         if layout not in _CODECS:
             raise ValueError(f"unknown outbox table layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
         columns, decode, encode = _CODECS[layout]
-        table = sa.Table(name.name, sa.MetaData(), *columns(), schema=name.schema)
-        return cls(name, layout, table, decode, encode)
+        extra: list[sa.Column[Any]] = []
+        if key_hash:
+            if layout != NATIVE:
+                raise ValueError(f"the {layout!r} layout has no {KEY_HASH_COLUMN} column")
+            extra.append(sa.Column(KEY_HASH_COLUMN, sa.Integer, nullable=True))
+            encode = _with_key_hash(encode)
+        table = sa.Table(name.name, sa.MetaData(), *columns(), *extra, schema=name.schema)
+        return cls(name, layout, table, decode, encode, key_hash=key_hash)
 
     @property
     def columns(self) -> list[sa.Column[Any]]:
-        return list(self.table.c)
+        """The columns a mark returns, in the order rows are decoded."""
+        return [c for c in self.table.c if c.name != KEY_HASH_COLUMN]
 
     @property
     def stashed_columns(self) -> tuple[str, ...]:
