@@ -22,6 +22,7 @@ from pyharvest.core.events import (
 )
 from pyharvest.core.harvest import HarvestEngine, State
 from pyharvest.core.records import InvalidRecordError, OutboxRecord, validate_record
+from pyharvest.core.sharded import ShardedHarvestEngine
 
 __all__ = [
     "BindingError",
@@ -45,6 +46,7 @@ __all__ = [
     "OutboxRecord",
     "ReaperConfig",
     "RecordQuarantined",
+    "ShardedHarvestEngine",
     "State",
     "validate_record",
 ]

@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 from pyharvest.core.records import OutboxRecord
 
-__all__ = ["DatabaseBinding", "QuarantineBinding", "QuarantineEntry"]
+__all__ = ["DatabaseBinding", "QuarantineBinding", "QuarantineEntry", "ShardableBinding"]
 
 
 @runtime_checkable
@@ -65,4 +65,14 @@ class QuarantineBinding(Protocol):
 
     def quarantine(self, entries: Sequence[QuarantineEntry]) -> int:
         """Park the keys of these records; return how many entries were recorded."""
+        ...
+
+
+@runtime_checkable
+class ShardableBinding(DatabaseBinding, Protocol):
+    """A binding whose outbox can be harvested in shards (``shards`` > 1)."""
+
+    def for_shard(self, shards: int, shard: int) -> DatabaseBinding:
+        """A binding on the same database whose marks take only ``shard``'s rows; disposing it
+        leaves the shared resources to this binding."""
         ...

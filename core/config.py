@@ -25,6 +25,7 @@ from pyharvest.core.config_mapping import (
     masked_repr,
     read_bool,
     read_kafka_properties,
+    read_whole_number,
     section_from_mapping,
     yaml_key,
 )
@@ -171,8 +172,12 @@ _CONFIG_READERS: dict[str, ValueReader] = {
     "base_kafka_config": read_kafka_properties,
     "producer_kafka_config": read_kafka_properties,
     "identity_headers": read_bool,
+    "shards": read_whole_number,
     "limits": Limits.from_mapping,
 }
+
+# Each shard is a leader-topic partition, a producer and two threads in the process that owns it.
+MAX_SHARDS = 256
 
 
 def _dflt(value: Any, default: Any) -> Any:
@@ -208,6 +213,9 @@ class Config:
     name: str = ""
     poison_policy: str = "block"
     identity_headers: bool = True
+    #: How many shards the outbox is harvested in: each is led by one process of the group at
+    #: a time, so up to this many processes publish at once. 1 is goharvest's single leader.
+    shards: int = 1
     limits: Limits = field(default_factory=Limits)
 
     def resolve(self) -> Config:
@@ -243,6 +251,8 @@ class Config:
             )
         if c.binding is not None and (not isinstance(c.binding, str) or not c.binding):
             raise ConfigError("binding", f"expected the name of a dialect plugin, got {c.binding!r}")
+        if isinstance(c.shards, bool) or not isinstance(c.shards, int) or not 1 <= c.shards <= MAX_SHARDS:
+            raise ConfigError("shards", f"expected a whole number from 1 to {MAX_SHARDS}, got {c.shards!r}")
         return c
 
     @classmethod

@@ -27,9 +27,11 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class LeaderAcquired:
-    """This process became the leader; ``leader_id`` marks the records it harvests."""
+    """This process became the leader (of ``shard``); ``leader_id`` marks the records it harvests."""
 
     leader_id: str
+    #: The shard this concerns when the outbox is harvested in shards; None for a single leader.
+    shard: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,17 +39,25 @@ class LeaderRefreshed:
     """A new leader id was generated to force a remark (after a delivery error, a failed mark or a missed deadline)."""
 
     leader_id: str
+    #: The shard this concerns when the outbox is harvested in shards; None for a single leader.
+    shard: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class LeaderRevoked:
     """Leadership was handed over by a group rebalance. Publishing has stopped."""
 
+    #: The shard this concerns when the outbox is harvested in shards; None for a single leader.
+    shard: int | None = None
+
 
 @dataclass(frozen=True, slots=True)
 class LeaderFenced:
     """No heartbeat came back within the deadline: this process stopped publishing, on the
     assumption that another leader may be elected."""
+
+    #: The shard this concerns when the outbox is harvested in shards; None for a single leader.
+    shard: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

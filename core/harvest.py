@@ -54,7 +54,7 @@ from pyharvest.core.identity import OUTBOX_HEADER, RECORD_ID_HEADER
 from pyharvest.core.kafka import KafkaClients
 from pyharvest.core.logs import log, one_line
 from pyharvest.core.metrics import HarvestMetrics
-from pyharvest.core.neli import LeaderStatus, Neli
+from pyharvest.core.neli import Leadership, LeaderStatus, Neli
 from pyharvest.core.sender import Sender
 
 __all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "HarvestEngine", "Health", "State"]
@@ -84,8 +84,13 @@ class HarvestEngine:
         *,
         binding: DatabaseBinding | Callable[[], DatabaseBinding],
         kafka: KafkaClients,
+        leadership: Callable[[Callable[[LeaderStatus], None]], Leadership] | None = None,
+        shard: int | None = None,
     ) -> None:
         self.config = config.resolve()
+        #: The shard this engine harvests when the outbox is sharded (events carry it).
+        self.shard = shard
+        self._leadership_source = leadership
         self._binding_source = binding
         self._binding: DatabaseBinding | None = None
         self._kafka = kafka
@@ -119,7 +124,7 @@ class HarvestEngine:
             release=self._dispatch.release,
             deadline=lambda: self._shutdown_deadline,
         )
-        self._neli: Neli | None = None
+        self._neli: Leadership | None = None
         self._main_thread: threading.Thread | None = None
         self._delivery_thread: threading.Thread | None = None
         self._stopped = threading.Event()
@@ -191,7 +196,7 @@ class HarvestEngine:
             self._binding = source if isinstance(source, DatabaseBinding) else source()
             self._sender.open()
             limits = cfg.limits
-            self._neli = Neli(
+            self._neli = self._leadership_source(self._on_leader_status) if self._leadership_source else Neli(
                 self._kafka,
                 cfg.base_kafka_config,
                 cfg.leader_topic,
@@ -254,19 +259,19 @@ class HarvestEngine:
             leader_id = self._new_leader_id()
             self.metrics.leader_acquisitions += 1
             log.info("elected leader, leader id %s", leader_id)
-            self._emit(LeaderAcquired(leader_id))
+            self._emit(LeaderAcquired(leader_id, self.shard))
         elif status is LeaderStatus.FENCED:
             # Tell the application at once: another leader may be starting. Publication
             # stops now; in-flight records are then given their delivery timeout.
             self._step_down()
-            self._emit(LeaderFenced())
+            self._emit(LeaderFenced(self.shard))
             self._quiesce("leadership fenced")
         else:
             # A revocation waits for in-flight records before the handler runs: the next
             # leader is not elected until this callback returns.
             self._step_down()
             self._quiesce(f"leadership {status.value}")
-            self._emit(LeaderRevoked())
+            self._emit(LeaderRevoked(self.shard))
 
     # ------------------------------------------------------------------ main loop
 
@@ -343,7 +348,7 @@ class HarvestEngine:
         leader_id = self._new_leader_id()
         self.metrics.leader_refreshes += 1
         log.info("refreshed leader id to %s: unacknowledged records will be remarked", leader_id)
-        self._emit(LeaderRefreshed(leader_id))
+        self._emit(LeaderRefreshed(leader_id, self.shard))
 
     def _new_leader_id(self) -> str:
         """Lead under a fresh id: rows marked under any earlier one count as unmarked."""

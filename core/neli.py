@@ -12,10 +12,11 @@ import logging
 import time
 from collections.abc import Callable
 from enum import Enum
+from typing import Protocol
 
 from pyharvest.core.kafka import DeliveryError, KafkaClients, KafkaConfigMap, LeaderConsumer, Producer
 
-__all__ = ["LeaderStatus", "Neli"]
+__all__ = ["LeaderStatus", "Leadership", "Neli"]
 
 log = logging.getLogger("pyharvest.neli")
 
@@ -24,6 +25,27 @@ class LeaderStatus(Enum):
     ACQUIRED = "acquired"
     REVOKED = "revoked"
     FENCED = "fenced"
+
+
+class Leadership(Protocol):
+    """What the engine needs of its leader election: :class:`Neli` for a single leader, a
+    :class:`~pyharvest.core.shard_group.ShardLease` for one shard of a sharded outbox."""
+
+    def start(self) -> None: ...
+
+    def pulse(self) -> bool:
+        """Poll if due, and return whether this process leads (now)."""
+        ...
+
+    def poll_due(self) -> float: ...
+
+    @property
+    def since_last_poll(self) -> float: ...
+
+    @property
+    def broker_connected(self) -> bool | None: ...
+
+    def close(self) -> None: ...
 
 
 class Neli:

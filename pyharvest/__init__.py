@@ -21,7 +21,7 @@ from pyharvest.core.events import (
 )
 from pyharvest.core.harvest import State
 from pyharvest.core.records import InvalidRecordError, OutboxRecord
-from pyharvest.harvest import Harvest
+from pyharvest.harvest import Harvest, ShardedHarvest
 
 __version__ = "0.1.0"
 
@@ -44,6 +44,7 @@ __all__ = [
     "MeterStats",
     "OutboxRecord",
     "RecordQuarantined",
+    "ShardedHarvest",
     "State",
     "__version__",
 ]

@@ -153,12 +153,16 @@ class ConfluentLeaderConsumer:
         self._consumer.subscribe([topic], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
 
     def poll(self, timeout: float) -> int:
-        received = 0
+        return len(self.poll_partitions(timeout))
+
+    def poll_partitions(self, timeout: float) -> list[int]:
+        """Serve group callbacks and read what arrived; the partition of every message read."""
+        received: list[int] = []
         msg = self._consumer.poll(timeout)
         while msg is not None:
             err = msg.error()
             if err is None:
-                received += 1
+                received.append(msg.partition() or 0)
             elif err.fatal():
                 raise KafkaException(err)
             elif err.code() != KafkaError._PARTITION_EOF:
@@ -180,6 +184,16 @@ class ConfluentClients:
 
     def leader_consumer(self, config: KafkaConfigMap) -> ConfluentLeaderConsumer:
         return ConfluentLeaderConsumer(config)
+
+    def topic_partitions(self, config: KafkaConfigMap, topic: str, timeout: float = 10.0) -> int:
+        """How many partitions ``topic`` has (0 when it does not exist)."""
+        admin_cfg = {k: v for k, v in config.items() if not k.startswith(("group.", "enable.auto", "auto.offset"))}
+        try:
+            admin = AdminClient(_client_config(admin_cfg))  # type: ignore[arg-type]
+            found = admin.list_topics(topic, timeout=timeout).topics.get(topic)
+        except KafkaException as e:
+            raise TopicError(f"cannot read the metadata of topic {topic!r}: {e.args[0].str()}") from None
+        return 0 if found is None or found.error is not None else len(found.partitions)
 
     def ensure_topic(self, config: KafkaConfigMap, topic: str, partitions: int = 1, timeout: float = 10.0) -> None:
         servers = config.get("bootstrap.servers")

@@ -1,0 +1,232 @@
+"""Harvesting an outbox in shards: one MP/R engine per shard this process leads.
+
+:class:`ShardedHarvestEngine` joins the leader group once (:class:`~pyharvest.core.shard_group.ShardGroup`)
+and, the first time a shard's partition is assigned to it, starts a
+:class:`~pyharvest.core.harvest.HarvestEngine` for that shard: its own leader id, in-flight
+window, producer, delivery thread and binding (marking only the shard's rows). Engines stay
+up when their shard moves away (they only stop leading), so a shard that comes back resumes
+at once. A crash of one process stalls only the shards it led, until the group gives them to
+the others; every other shard keeps publishing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Self
+
+from pyharvest.core.binding import ShardableBinding
+from pyharvest.core.config import Config, mask_data_source, mask_kafka_config
+from pyharvest.core.errors import HarvestError
+from pyharvest.core.events import Event, EventHandler
+from pyharvest.core.harvest import HarvestEngine, State
+from pyharvest.core.health import Health
+from pyharvest.core.kafka import KafkaClients
+from pyharvest.core.logs import log, one_line
+from pyharvest.core.shard_group import ShardGroup
+
+__all__ = ["ShardedHarvestEngine"]
+
+
+class ShardedHarvestEngine:
+    """Harvests ``config.shards`` shards of one outbox with the other processes of the group.
+
+    The same life cycle as :class:`~pyharvest.core.harvest.HarvestEngine`: ``start``, ``stop``,
+    ``join``, a context manager, events (each carrying its ``shard``) and ``health()``.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        binding: ShardableBinding | Callable[[], ShardableBinding],
+        kafka: KafkaClients,
+    ) -> None:
+        self.config = config.resolve()
+        self._binding_source = binding
+        self._binding: ShardableBinding | None = None
+        self._kafka = kafka
+        self._event_handler: EventHandler = lambda e: None
+        self._engines: dict[int, HarvestEngine] = {}
+        self._lock = threading.Lock()
+        self._group: ShardGroup | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._crash: BaseException | None = None
+        self._state = State.CREATED
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def engines(self) -> dict[int, HarvestEngine]:
+        """The engine of every shard this process has led so far, by shard."""
+        with self._lock:
+            return dict(self._engines)
+
+    @property
+    def leading_shards(self) -> list[int]:
+        return sorted(p for p, e in self.engines.items() if e.is_leader)
+
+    @property
+    def is_leader(self) -> bool:
+        return bool(self.leading_shards)
+
+    def health(self) -> Health:
+        group = self._group
+        engines = list(self.engines.values())
+        database = [e.health().database_connected for e in engines]
+        return Health(
+            running=self._state is State.RUNNING,
+            leader=self.is_leader,
+            broker_connected=group.broker_connected if group is not None else None,
+            database_connected=False if False in database else (True if database else None),
+        )
+
+    def set_event_handler(self, handler: EventHandler) -> None:
+        """Register a callback for :mod:`pyharvest.core.events`; events of every shard."""
+        self._event_handler = handler
+
+    def start(self) -> None:
+        if self._state is not State.CREATED:
+            raise HarvestError(f"cannot start a harvester that is {self._state.value}")
+        cfg = self.config
+        log.info(
+            "starting sharded harvester %s (%d shards): outbox %r at %s, Kafka %s",
+            cfg.name, cfg.shards, cfg.outbox_table, mask_data_source(cfg.data_source),
+            mask_kafka_config(cfg.base_kafka_config),
+        )
+        try:
+            source = self._binding_source
+            self._binding = source if isinstance(source, ShardableBinding) else source()
+            self._binding.for_shard(cfg.shards, 0).dispose()  # refuses a table that cannot be sharded
+            limits = cfg.limits
+            self._group = ShardGroup(
+                self._kafka, cfg.base_kafka_config, cfg.leader_topic, cfg.leader_group_id, cfg.name, cfg.shards,
+                heartbeat_timeout=limits.heartbeat_timeout,  # type: ignore[arg-type]
+                min_poll_interval=limits.min_poll_interval,  # type: ignore[arg-type]
+                poll_duration=limits.poll_duration,  # type: ignore[arg-type]
+                on_assigned=self._ensure_engine,
+            )
+            self._group.start()
+        except BaseException:
+            self._close_resources()
+            self._state = State.STOPPED
+            self._stopped.set()
+            raise
+        self._state = State.RUNNING
+        self._thread = threading.Thread(target=self._group_loop, name="pyharvest-shards", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask every shard to stop; returns at once. Use :meth:`join` to wait."""
+        if self._state is State.CREATED:
+            self._state = State.STOPPED
+            self._stopped.set()
+            return
+        self._stopping.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until stopped; re-raise whatever crashed it. Returns False on timeout."""
+        if not self._stopped.wait(timeout):
+            return False
+        if self._crash is not None:
+            raise self._crash
+        return True
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self.join()
+
+    # ------------------------------------------------------------------ internals
+
+    def _emit(self, event: Event) -> None:
+        try:
+            self._event_handler(event)
+        except Exception:  # noqa: BLE001 - a faulty handler must not break harvesting
+            log.exception("event handler raised on %r", event)
+
+    def _ensure_engine(self, shard: int) -> None:
+        """Called on the group's thread when ``shard``'s partition is assigned."""
+        with self._lock:
+            if shard in self._engines:
+                return
+        assert self._binding is not None and self._group is not None
+        lease = self._group.leases[shard]
+        engine = HarvestEngine(
+            self.config,
+            binding=self._binding.for_shard(self.config.shards, shard),
+            kafka=self._kafka,
+            leadership=lease.bind,
+            shard=shard,
+        )
+        engine.set_event_handler(self._emit)
+        engine.start()
+        with self._lock:
+            self._engines[shard] = engine
+        log.info("started the engine of shard %d", shard)
+
+    def _group_loop(self) -> None:
+        group = self._group
+        assert group is not None
+        try:
+            while not self._stopping.is_set():
+                group.pulse()
+                self._check_engines()
+                self._stopping.wait(group.min_poll_interval or 0.001)
+        except BaseException as e:  # noqa: BLE001 - reported through join()
+            log.exception("sharded harvester crashed")
+            self._crash = e
+        finally:
+            self._shutdown()
+
+    def _check_engines(self) -> None:
+        for shard, engine in self.engines.items():
+            if engine.state is State.STOPPED:
+                # An engine stops on its own only when it crashed: stop the process's share
+                # rather than keep a shard's partition without harvesting it.
+                try:
+                    engine.join(0)
+                except BaseException as e:  # noqa: BLE001 - re-raised by join() of this harvester
+                    raise HarvestError(f"the engine of shard {shard} crashed: {one_line(e)}") from e
+
+    def _shutdown(self) -> None:
+        self._state = State.STOPPING
+        log.info("stopping sharded harvester %s", self.config.name)
+        try:
+            self._close_resources()
+        finally:
+            self._state = State.STOPPED
+            log.info("sharded harvester %s stopped", self.config.name)
+            self._stopped.set()
+
+    def _close_resources(self) -> None:
+        group, self._group = self._group, None
+        if group is not None:
+            try:
+                group.close()  # leaving revokes (and quiesces) every shard this process led
+            except Exception as e:  # noqa: BLE001 - keep closing the rest
+                log.warning("error leaving the leader group: %s", one_line(e))
+        for engine in self.engines.values():
+            engine.stop()
+        for shard, engine in self.engines.items():
+            try:
+                engine.join()
+            except Exception as e:  # noqa: BLE001 - one shard's crash must not leave others running
+                log.warning("the engine of shard %d stopped with an error: %s", shard, one_line(e))
+                self._crash = self._crash or e
+        binding, self._binding = self._binding, None
+        if binding is not None:
+            try:
+                binding.dispose()
+            except Exception as e:  # noqa: BLE001
+                log.warning("error closing database binding: %s", one_line(e))
+

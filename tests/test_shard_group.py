@@ -1,0 +1,187 @@
+"""Sharded Fast NELI on a fake group: which shards lead, fencing per shard, revocations that
+wait for the engine, and clear errors for a leader topic of the wrong size."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pyharvest.core.errors import TopicError
+from pyharvest.core.neli import LeaderStatus
+from pyharvest.core.shard_group import ShardGroup
+
+
+class Consumer:
+    def __init__(self) -> None:
+        self.on_assign = self.on_revoke = None
+        self.config: dict[str, object] = {}
+        self.to_assign: list[int] = []
+        self.to_revoke: list[int] = []
+        self.returned: list[int] = []  # partitions whose heartbeats come back at the next poll
+
+    def subscribe(self, topic, on_assign, on_revoke) -> None:
+        self.on_assign, self.on_revoke = on_assign, on_revoke
+
+    def poll(self, timeout: float) -> int:
+        return len(self.poll_partitions(timeout))
+
+    def poll_partitions(self, timeout: float) -> list[int]:
+        if self.to_revoke:
+            parts, self.to_revoke = self.to_revoke, []
+            self.on_revoke(parts)
+        if self.to_assign:
+            parts, self.to_assign = self.to_assign, []
+            self.on_assign(parts)
+        out, self.returned = self.returned, []
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+class Producer:
+    def __init__(self) -> None:
+        self.heartbeats: list[int] = []
+
+    def produce(self, topic, key, value, headers, on_delivery, partition=None) -> None:
+        self.heartbeats.append(partition)
+        on_delivery(None)
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+class Clients:
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self.consumer = Consumer()
+        self.producer_ = Producer()
+
+    def producer(self, config):
+        return self.producer_
+
+    def leader_consumer(self, config):
+        self.consumer.config = dict(config)
+        return self.consumer
+
+    def ensure_topic(self, config, topic, partitions=1, timeout=10.0) -> None:
+        pass
+
+    def topic_partitions(self, config, topic, timeout=10.0) -> int:
+        return self.partitions
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(shards: int = 4, partitions: int | None = None):
+    clients, clock = Clients(shards if partitions is None else partitions), Clock()
+    assigned: list[int] = []
+    group = ShardGroup(clients, {}, "app.neli", "app", "me", shards, heartbeat_timeout=1.0, min_poll_interval=0.01,
+                       poll_duration=0.0, on_assigned=assigned.append, clock=clock)
+    statuses: dict[int, list[LeaderStatus]] = {p: [] for p in range(shards)}
+    for lease in group.leases:
+        lease.bind(statuses[lease.shard].append)
+    return group, clients, clock, statuses, assigned
+
+
+def test_joins_with_incremental_assignment_and_leads_what_it_owns() -> None:
+    group, clients, _clock, statuses, assigned = make()
+    group.start()
+    assert clients.consumer.config["partition.assignment.strategy"] == "cooperative-sticky"
+    clients.consumer.to_assign = [1, 3]
+    group.pulse()
+    assert assigned == [1, 3] and group.owned == {1, 3}
+    # The engine learns on its own thread, at its next pulse.
+    assert statuses[1] == [] and group.leases[1].pulse() is True
+    assert statuses[1] == [LeaderStatus.ACQUIRED]
+    assert group.leases[0].pulse() is False and statuses[0] == []
+    assert sorted(clients.producer_.heartbeats) == [1, 3]  # one heartbeat per owned shard
+
+
+def test_a_revocation_steps_the_engine_down_before_the_rebalance_goes_on() -> None:
+    group, clients, _clock, statuses, _ = make()
+    group.start()
+    clients.consumer.to_assign = [0, 2]
+    group.pulse()
+    group.leases[0].pulse()
+    group.leases[2].pulse()
+    clients.consumer.to_revoke = [2]
+    group.pulse()  # the REVOKED handler (quiesce) ran inside the group's poll
+    assert statuses[2] == [LeaderStatus.ACQUIRED, LeaderStatus.REVOKED]
+    assert statuses[0] == [LeaderStatus.ACQUIRED]  # the other shard never paused
+    assert group.owned == {0} and group.leases[2].pulse() is False
+
+
+def test_a_shard_revoked_before_its_engine_heard_of_it_tells_the_engine_nothing() -> None:
+    group, clients, _clock, statuses, _ = make()
+    group.start()
+    clients.consumer.to_assign = [1]
+    group.pulse()
+    clients.consumer.to_revoke = [1]
+    group.pulse()
+    assert group.leases[1].pulse() is False and statuses[1] == []
+
+
+def test_each_shard_is_fenced_on_its_own_and_comes_back_with_a_heartbeat() -> None:
+    group, clients, clock, statuses, _ = make()
+    group.start()
+    clients.consumer.to_assign = [0, 1]
+    group.pulse()
+    group.leases[0].pulse()
+    group.leases[1].pulse()
+    clock.now += 0.8
+    clients.consumer.returned = [0]  # shard 1's heartbeats stop coming back
+    group.pulse()
+    clock.now += 0.5
+    group.pulse()
+    assert statuses[1] == [LeaderStatus.ACQUIRED, LeaderStatus.FENCED]
+    assert statuses[0] == [LeaderStatus.ACQUIRED]
+    clients.consumer.returned = [1]
+    group.pulse()
+    assert group.leases[1].pulse() is True
+    assert statuses[1] == [LeaderStatus.ACQUIRED, LeaderStatus.FENCED, LeaderStatus.ACQUIRED]
+
+
+def test_status_changes_reach_an_engine_in_order_from_both_threads() -> None:
+    group, clients, _clock, statuses, _ = make(shards=1)
+    group.start()
+    for _ in range(200):
+        clients.consumer.to_assign = [0]
+        group.pulse()
+        t = threading.Thread(target=group.leases[0].pulse)
+        t.start()
+        clients.consumer.to_revoke = [0]
+        group.pulse()
+        t.join()
+    seen = statuses[0]
+    # ACQUIRED and REVOKED alternate: never a revocation before its acquisition, never two in a row.
+    assert all(a != b for a, b in zip(seen, seen[1:], strict=False))
+    assert not seen or seen[0] is LeaderStatus.ACQUIRED
+
+
+@pytest.mark.parametrize(("partitions", "advice"), [(2, "add partitions"), (8, "name a new leaderTopic")])
+def test_a_leader_topic_of_another_size_is_refused_with_the_fix(partitions: int, advice: str) -> None:
+    group, *_ = make(shards=4, partitions=partitions)
+    with pytest.raises(TopicError, match=f"has {partitions} partition.*shards is 4.*{advice}"):
+        group.start()
+
+
+def test_a_partition_beyond_the_shards_means_another_reaper_disagrees() -> None:
+    group, clients, *_ = make(shards=2)
+    group.start()
+    clients.consumer.to_assign = [3]
+    with pytest.raises(TopicError, match="every reaper of a group needs the same number"):
+        group.pulse()
