@@ -1,0 +1,176 @@
+"""Sharded harvesting under fire: ``reaper`` processes sharing six shards are killed (SIGKILL,
+SIGTERM) while a writer stashes over many keys. Nothing may be lost or reordered, and a killed
+process must stall only its own shards: the others' keys keep flowing without a pause."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import time
+import uuid
+from collections import defaultdict
+
+import pytest
+import yaml
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from pyharvest.bindings.sql import create_outbox_table
+from pyharvest.core.shards import shard_of
+from pyharvest.verify import verify_topic
+from tests.kafka_tools import create_topic
+from tests.test_failover import Reaper, wait_for
+from tests.test_faults import Writer
+from tests.test_harvest_e2e import outbox_count
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+
+SHARDS = 6
+_EVENT = re.compile(r"shard (\d+) (assigned|revoked|fenced)")
+
+
+def shards_of(reaper: Reaper) -> set[int]:
+    """The shards a reaper process owns, from its log (assignments minus revocations)."""
+    if reaper.proc.poll() is not None:
+        return set()
+    owned: set[int] = set()
+    for shard, what in _EVENT.findall(reaper.log()):
+        if what == "assigned":
+            owned.add(int(shard))
+        elif what == "revoked":
+            owned.discard(int(shard))
+    return owned
+
+
+def live_databases(dialect: str) -> None:
+    if dialect not in ("postgresql", "mysql"):
+        pytest.skip("sharded chaos runs on PostgreSQL and MariaDB")
+
+
+def write_config(tmp_path, bootstrap: str, url: str, table: str) -> object:
+    path = tmp_path / "reaper.yaml"
+    path.write_text(yaml.safe_dump({
+        "harvest": {
+            "baseKafkaConfig": {"bootstrap.servers": bootstrap}, "leaderGroupID": f"chaos-{uuid.uuid4().hex[:8]}",
+            "dataSource": url, "outboxTable": table, "shards": SHARDS,
+            "limits": {"heartbeatTimeout": "2s", "minPollInterval": "50ms", "maxInFlightRecords": 500,
+                       "shutdownTimeout": "3s"},
+        },
+        "logging": {"level": "Info"},
+    }))
+    return path
+
+
+def publish_times(bootstrap: str, topic: str, expect: int, timeout: float = 90.0) -> list[tuple[str, float]]:
+    """(key, producer timestamp in seconds) of every message of ``topic``."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"times-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False})
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        out: list[tuple[str, float]] = []
+        deadline, last = time.monotonic() + timeout, time.monotonic()
+        while time.monotonic() < deadline and (len(out) < expect or time.monotonic() - last < 2):
+            for m in consumer.consume(1000, 0.2):
+                if m.error() is None:
+                    out.append((m.key().decode(), m.timestamp()[1] / 1000.0))
+                    last = time.monotonic()
+        return out
+    finally:
+        consumer.close()
+
+
+def stop_all(reapers: list[Reaper]) -> None:
+    for r in reapers:
+        if r.proc.poll() is None:
+            r.signal(signal.SIGTERM)
+    for r in reapers:
+        try:
+            r.wait(30)
+        except Exception:  # noqa: BLE001
+            r.proc.kill()
+            r.wait(5)
+
+
+def test_a_killed_process_stalls_only_its_own_shards(dialect, database_url, table_name, topic_name, kafka_bootstrap, tmp_path):
+    live_databases(dialect)
+    create_outbox_table(database_url, table_name, shards=SHARDS)
+    create_topic(kafka_bootstrap, topic_name, partitions=4)
+    cfg = write_config(tmp_path, kafka_bootstrap, database_url, table_name)
+    reapers = [Reaper(cfg, tmp_path / f"reaper-{n}.log") for n in range(3)]
+    writer = Writer(database_url, table_name, topic_name, keys=120, batch=30, pause=0.02).start()
+    try:
+        wait_for(lambda: sorted(s for r in reapers for s in shards_of(r)) == list(range(SHARDS))
+                 and sum(1 for r in reapers if shards_of(r)) >= 2, 90, "the shards to spread over the processes")
+        time.sleep(2)
+        victim = next(r for r in reapers if shards_of(r))
+        stalled = shards_of(victim)
+        survivors = set(range(SHARDS)) - stalled
+        killed_at = time.time()
+        victim.signal(signal.SIGKILL)
+        victim.wait(10)
+        # The dead process's shards come back once the group notices (its session timeout).
+        wait_for(lambda: sorted(s for r in reapers for s in shards_of(r)) == list(range(SHARDS)), 90,
+                 "the dead process's shards to move")
+        time.sleep(2)
+        writer.stop()
+        wait_for(lambda: outbox_count(database_url, table_name) == 0, 120, "the survivors to drain the outbox")
+    finally:
+        writer._stop.set()
+        stop_all(reapers)
+    report = verify_topic(kafka_bootstrap, topic_name, writer.expected, timeout=90)
+    assert report.lost_count == 0 and report.reorder_count == 0, report
+    times: dict[int, list[float]] = defaultdict(list)
+    for key, at in publish_times(kafka_bootstrap, topic_name, len(writer.expected)):
+        times[shard_of(key, SHARDS)].append(at)
+    for shard in sorted(survivors):
+        around = sorted(t for t in times[shard] if killed_at - 2 <= t <= killed_at + 8)
+        gaps = [b - a for a, b in zip(around, around[1:], strict=False)]
+        assert around and max(gaps, default=0) < 1.0, f"shard {shard} (a survivor's) paused {max(gaps):.2f}s"
+    for shard in sorted(stalled):
+        assert any(t > killed_at for t in times[shard]), f"shard {shard} never resumed after the kill"
+
+
+def test_random_kills_lose_and_reorder_nothing(dialect, database_url, table_name, topic_name, kafka_bootstrap, tmp_path):
+    live_databases(dialect)
+    seed = int(os.environ.get("PYHARVEST_SOAK_SEED", random.randrange(1 << 30)))
+    rnd = random.Random(seed)
+    seconds = min(float(os.environ.get("PYHARVEST_SOAK_SECONDS", 20)), 60.0)
+    create_outbox_table(database_url, table_name, shards=SHARDS)
+    create_topic(kafka_bootstrap, topic_name, partitions=4)
+    cfg = write_config(tmp_path, kafka_bootstrap, database_url, table_name)
+    spawned = 0
+
+    def spawn() -> Reaper:
+        nonlocal spawned
+        spawned += 1
+        return Reaper(cfg, tmp_path / f"reaper-{spawned}.log")
+
+    reapers = [spawn() for _ in range(3)]
+    writer = Writer(database_url, table_name, topic_name, keys=200, batch=20, pause=0.02).start()
+    actions: list[str] = []
+    try:
+        wait_for(lambda: any(shards_of(r) for r in reapers), 90, "a first shard leader")
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(rnd.uniform(3, 5))
+            victims = [r for r in reapers if shards_of(r)]
+            if not victims:
+                continue
+            victim = rnd.choice(victims)
+            action = rnd.choice(("SIGKILL", "SIGTERM"))
+            victim.signal(signal.SIGKILL if action == "SIGKILL" else signal.SIGTERM)
+            code = victim.wait(30)
+            assert action == "SIGKILL" or code == 0, victim.log()[-3000:]
+            actions.append(action)
+            reapers[reapers.index(victim)] = spawn()
+        writer.stop()
+        wait_for(lambda: outbox_count(database_url, table_name) == 0, 150, "the survivors to drain the outbox")
+    finally:
+        writer._stop.set()
+        stop_all(reapers)
+    report = verify_topic(kafka_bootstrap, topic_name, writer.expected, timeout=90)
+    print(f"sharded chaos: seed {seed}, actions {actions}, {len(writer.expected)} records, "
+          f"{report.duplicate_count} duplicates")
+    assert report.lost_count == 0 and report.reorder_count == 0, f"seed {seed}: {report}"
