@@ -165,11 +165,12 @@ class ShardGroup:
         if found != self.shards:
             raise TopicError(
                 f"leader topic {self.leader_topic!r} has {found} partition(s) but shards is {self.shards}: "
-                f"each shard is one partition. Stop every reaper of group {self.group_id!r}, then "
+                f"each shard is one partition. Stop every reaper of group {self.group_id!r}, then name a new "
+                f"leaderTopic (created with {self.shards} partitions)"
                 + (
-                    f"add partitions to the topic (kafka-topics --alter --partitions {self.shards})"
+                    f" or add partitions to this one (kafka-topics --alter --partitions {self.shards})"
                     if found < self.shards
-                    else "name a new leaderTopic (Kafka cannot remove partitions)"
+                    else " (Kafka cannot remove partitions)"
                 )
                 + "; see 'Changing the number of shards' in the docs"
             )

@@ -172,7 +172,7 @@ def test_status_changes_reach_an_engine_in_order_from_both_threads() -> None:
     assert not seen or seen[0] is LeaderStatus.ACQUIRED
 
 
-@pytest.mark.parametrize(("partitions", "advice"), [(2, "add partitions"), (8, "name a new leaderTopic")])
+@pytest.mark.parametrize(("partitions", "advice"), [(2, "add partitions"), (8, "cannot remove partitions")])
 def test_a_leader_topic_of_another_size_is_refused_with_the_fix(partitions: int, advice: str) -> None:
     group, *_ = make(shards=4, partitions=partitions)
     with pytest.raises(TopicError, match=f"has {partitions} partition.*shards is 4.*{advice}"):

@@ -82,3 +82,42 @@ def test_two_harvesters_share_the_shards_and_one_takes_over(
     for shard, engine in first.engines.items():
         assert engine.shard == shard
     assert {shard_of(k, SHARDS) for k in expected} == set(range(SHARDS))
+
+
+def test_changing_the_number_of_shards_keeps_order(kafka_config, kafka_bootstrap, database_url, table_name, topic_name):
+    """The documented procedure: stop every harvester, prepare the table and the leader topic
+    for the new number, start again. Keys move to other shards; their order does not change."""
+    from pyharvest.core.errors import TopicError
+    from tests.test_faults import Writer
+
+    create_outbox_table(database_url, table_name, shards=2)
+    create_topic(kafka_bootstrap, topic_name, partitions=4)
+    group = f"resize-{uuid.uuid4().hex[:8]}"
+    writer = Writer(database_url, table_name, topic_name, keys=60, batch=20, pause=0.01).start()
+    try:
+        two = sharded_config(kafka_config, database_url, table_name, group)
+        two.shards = 2
+        with ShardedHarvest(two) as harvest:
+            wait_for("two shards led", lambda: harvest.leading_shards == [0, 1])
+            time.sleep(2)
+        # 1. every harvester is stopped (mid-stream: the writer goes on)
+        time.sleep(1)
+        # 2. the table gets the new shard index; 3. a leader topic of the new size
+        create_outbox_table(database_url, table_name, shards=3)
+        three = sharded_config(kafka_config, database_url, table_name, group)
+        three.shards = 3
+        with pytest.raises(TopicError, match="has 2 partition.*shards is 3.*new leaderTopic"):
+            ShardedHarvest(three).start()
+        three.leader_topic = f"{group}.neli.3"
+        # 4. start with the new number
+        with ShardedHarvest(three) as harvest:
+            wait_for("three shards led", lambda: harvest.leading_shards == [0, 1, 2])
+            time.sleep(2)
+            writer.stop()
+            wait_empty(database_url, table_name)
+    finally:
+        writer._stop.set()
+    from pyharvest.verify import verify_topic
+
+    report = verify_topic(kafka_bootstrap, topic_name, writer.expected, timeout=90)
+    assert report.lost_count == 0 and report.reorder_count == 0, report
