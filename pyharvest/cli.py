@@ -54,7 +54,6 @@ def setup_logging(level: int, as_json: bool = False) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from pyharvest.bindings.ops import start_ops_server
     from pyharvest.bindings.ops.config import OpsConfig
-    from pyharvest.core.errors import ConfigError
     from pyharvest.envconfig import env_overrides, load_reaper_config
     from pyharvest.harvest import Harvest, ShardedHarvest
 
@@ -76,8 +75,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_OK
     for override in env_overrides():
         log.info("%s set from %s: %r", override.key, override.variable, override.masked_value())
-    if harvest_cfg.shards > 1 and ops_cfg is not None:
-        raise ConfigError("metrics", "the metrics server does not serve a sharded harvester yet (shards > 1)")
     harvest = Harvest(harvest_cfg) if harvest_cfg.shards == 1 else ShardedHarvest(harvest_cfg)
     stop_requested = threading.Event()
 
@@ -90,7 +87,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         harvest.stop()
 
     # Before start(): probes answer while the harvester connects (not ready until it runs).
-    ops = start_ops_server(harvest, ops_cfg) if isinstance(harvest, Harvest) else None
+    ops = start_ops_server(harvest, ops_cfg)
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         log.info("reaper starting with %s", harvest_cfg)

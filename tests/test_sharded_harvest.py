@@ -121,3 +121,42 @@ def test_changing_the_number_of_shards_keeps_order(kafka_config, kafka_bootstrap
 
     report = verify_topic(kafka_bootstrap, topic_name, writer.expected, timeout=90)
     assert report.lost_count == 0 and report.reorder_count == 0, report
+
+
+def test_metrics_and_probes_per_shard(kafka_config, kafka_bootstrap, database_url, table_name, topic_name) -> None:
+    pytest.importorskip("prometheus_client")
+    from pyharvest.bindings.ops import start_ops_server
+    from pyharvest.core.records import OutboxRecord
+    from tests.test_metrics_server import get, scrape
+
+    create_outbox_table(database_url, table_name, shards=2)
+    create_topic(kafka_bootstrap, topic_name, partitions=1)
+    cfg = sharded_config(kafka_config, database_url, table_name, f"metrics-{uuid.uuid4().hex[:8]}")
+    cfg.shards = 2
+    harvest = ShardedHarvest(cfg)
+    ops = start_ops_server(harvest, {"address": "127.0.0.1", "port": 0, "backlogInterval": "50ms"})
+    assert ops is not None
+    try:
+        assert get(ops.url + "/readyz")[0] == 503  # not started yet
+        harvest.start()
+        wait_for("both shards led", lambda: harvest.leading_shards == [0, 1])
+        import sqlalchemy as sa
+
+        from pyharvest.stasher import Stasher
+
+        engine = sa.create_engine(database_url)
+        with engine.begin() as tx:
+            Stasher(table_name).stash_many(tx, [OutboxRecord(topic_name, f"k{i}", b"v") for i in range(40)])
+        engine.dispose()
+        wait_empty(database_url, table_name)
+        wait_for("the counters", lambda: sum(v for k, v in scrape(ops).items()
+                                             if k.startswith("pyharvest_records_purged_total")) >= 40)
+        samples = scrape(ops)
+        assert samples['pyharvest_leader{shard="0"}'] == 1.0 and samples['pyharvest_leader{shard="1"}'] == 1.0
+        purged = [samples[f'pyharvest_records_purged_total{{shard="{p}"}}'] for p in (0, 1)]
+        assert sum(purged) >= 40 and all(purged)  # 40 keys land in both shards
+        assert get(ops.url + "/readyz")[0] == 200
+    finally:
+        harvest.stop()
+        harvest.join(60)
+        ops.stop()

@@ -17,7 +17,9 @@ from pyharvest.core.errors import ConfigError
 if TYPE_CHECKING:
     from pyharvest.bindings.ops.collector import BacklogCounter, HarvestCollector
     from pyharvest.bindings.ops.server import OpsServer
+    from pyharvest.bindings.ops.shard_collector import ShardBacklog
     from pyharvest.core.harvest import HarvestEngine
+    from pyharvest.core.sharded import ShardedHarvestEngine
 
 __all__ = [
     "DEFAULT_ADDRESS",
@@ -31,7 +33,7 @@ __all__ = [
 
 
 def start_ops_server(
-    harvest: HarvestEngine,
+    harvest: HarvestEngine | ShardedHarvestEngine,
     section: Mapping[str, Any] | OpsConfig | None,
     *,
     process_metrics: bool = True,
@@ -62,10 +64,18 @@ def start_ops_server(
         ) from None
     from pyharvest.bindings.ops.collector import BacklogCounter, HarvestCollector
     from pyharvest.bindings.ops.server import OpsServer
+    from pyharvest.core.sharded import ShardedHarvestEngine
 
     registry = CollectorRegistry()
-    backlog = BacklogCounter(harvest, config.backlog_interval) if config.backlog_interval else None
-    registry.register(HarvestCollector(harvest, backlog=backlog))
+    backlog: BacklogCounter | ShardBacklog | None
+    if isinstance(harvest, ShardedHarvestEngine):
+        from pyharvest.bindings.ops.shard_collector import ShardBacklog, ShardedHarvestCollector
+
+        backlog = ShardBacklog(harvest, config.backlog_interval) if config.backlog_interval else None
+        registry.register(ShardedHarvestCollector(harvest, backlog=backlog))
+    else:
+        backlog = BacklogCounter(harvest, config.backlog_interval) if config.backlog_interval else None
+        registry.register(HarvestCollector(harvest, backlog=backlog))
     if process_metrics:
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)

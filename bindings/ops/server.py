@@ -24,21 +24,23 @@ if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
     from pyharvest.bindings.ops.collector import BacklogCounter
+    from pyharvest.bindings.ops.shard_collector import ShardBacklog
     from pyharvest.core.harvest import HarvestEngine
+    from pyharvest.core.sharded import ShardedHarvestEngine
 
 __all__ = ["OpsServer", "health_report", "liveness_report"]
 
 log = logging.getLogger("pyharvest.ops")
 
 
-def liveness_report(harvest: HarvestEngine) -> tuple[bool, dict[str, Any]]:
+def liveness_report(harvest: HarvestEngine | ShardedHarvestEngine) -> tuple[bool, dict[str, Any]]:
     """``(alive, body)`` for ``/healthz``: alive until the harvester has stopped."""
     state = harvest.state
     alive = state is not State.STOPPED
     return alive, {"status": "alive" if alive else "stopped", "state": state.value}
 
 
-def health_report(harvest: HarvestEngine) -> tuple[bool, dict[str, Any]]:
+def health_report(harvest: HarvestEngine | ShardedHarvestEngine) -> tuple[bool, dict[str, Any]]:
     """``(ready, body)`` for ``/readyz``; ``body["down"]`` lists what is not up."""
     health = harvest.health()
     down = []
@@ -127,11 +129,11 @@ class OpsServer:
 
     def __init__(
         self,
-        harvest: HarvestEngine,
+        harvest: HarvestEngine | ShardedHarvestEngine,
         registry: CollectorRegistry,
         address: str,
         port: int,
-        backlog: BacklogCounter | None = None,
+        backlog: BacklogCounter | ShardBacklog | None = None,
     ) -> None:
         self.harvest = harvest
         self.registry = registry

@@ -95,6 +95,8 @@ class SqlBinding:
             quarantine=self.quarantine_table,
         )
         part._owns_engine = False
+        # The shard's backlog, counted through its index.
+        part._count = part._count.where(shard_filter(self.outbox.table))
         return part
 
     def __repr__(self) -> str:
