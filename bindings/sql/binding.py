@@ -83,6 +83,11 @@ class SqlBinding:
         """A binding on the same engine whose marks take only the rows of ``shard`` of
         ``shards`` (the table needs the key hash column: ``reaper init-db --shards N``).
         Disposing it leaves the engine to this binding."""
+        if self.outbox.layout != "native":
+            raise BindingError(
+                f"outbox table {str(self.outbox.name)!r} has goharvest's layout, which cannot be harvested in "
+                "shards (its table is kept exactly as goharvest writes it, with no key hash); use shards: 1"
+            )
         if not self.outbox.key_hash:
             raise BindingError(
                 f"outbox table {str(self.outbox.name)!r} has no kafka_key_hash column, so its rows cannot be "
