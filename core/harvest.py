@@ -39,19 +39,18 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from enum import Enum
-from typing import Self
 
 from pyharvest.core.binding import DatabaseBinding
 from pyharvest.core.config import Config, mask_data_source, mask_kafka_config
 from pyharvest.core.delivery import DeliveryProcessor, Flight
 from pyharvest.core.dispatch import Dispatcher
 from pyharvest.core.errors import HarvestError
-from pyharvest.core.events import Event, EventHandler, LeaderAcquired, LeaderFenced, LeaderRefreshed, LeaderRevoked
+from pyharvest.core.events import LeaderAcquired, LeaderFenced, LeaderRefreshed, LeaderRevoked
 from pyharvest.core.gate import KeyGate
 from pyharvest.core.health import DatabaseProbe, Health
 from pyharvest.core.identity import OUTBOX_HEADER, RECORD_ID_HEADER
 from pyharvest.core.kafka import KafkaClients
+from pyharvest.core.lifecycle import Lifecycle, State
 from pyharvest.core.logs import log, one_line
 from pyharvest.core.metrics import HarvestMetrics
 from pyharvest.core.neli import Leadership, LeaderStatus, Neli
@@ -60,14 +59,7 @@ from pyharvest.core.sender import Sender
 __all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "HarvestEngine", "Health", "State"]
 
 
-class State(Enum):
-    CREATED = "created"
-    RUNNING = "running"
-    STOPPING = "stopping"
-    STOPPED = "stopped"
-
-
-class HarvestEngine:
+class HarvestEngine(Lifecycle):
     """Harvests an outbox table into Kafka through the bindings it is given. Start it, and
     stop it when done::
 
@@ -87,6 +79,7 @@ class HarvestEngine:
         leadership: Callable[[Callable[[LeaderStatus], None]], Leadership] | None = None,
         shard: int | None = None,
     ) -> None:
+        super().__init__()
         self.config = config.resolve()
         #: The shard this engine harvests when the outbox is sharded (events carry it).
         self.shard = shard
@@ -102,10 +95,6 @@ class HarvestEngine:
         # cost a statement each for a handful of records.
         self._mark_threshold = max(1, min(self._mark_size, max_in_flight // 2))
 
-        self._state = State.CREATED
-        self._stopping = threading.Event()
-        self._crash: BaseException | None = None
-        self._event_handler: EventHandler = lambda e: None
 
         self._leader_id: str | None = None
         self._shutdown_deadline: float | None = None
@@ -127,15 +116,10 @@ class HarvestEngine:
         self._neli: Leadership | None = None
         self._main_thread: threading.Thread | None = None
         self._delivery_thread: threading.Thread | None = None
-        self._stopped = threading.Event()
         self._main_done = threading.Event()
         self._database_probe = DatabaseProbe()
 
     # ------------------------------------------------------------------ public API
-
-    @property
-    def state(self) -> State:
-        return self._state
 
     @property
     def is_leader(self) -> bool:
@@ -171,12 +155,6 @@ class HarvestEngine:
         broker = neli.broker_connected if neli is not None else None
         database = self._database_probe.check(self._binding)
         return Health(self._state is State.RUNNING, self.is_leader, broker, database)
-
-    def set_event_handler(self, handler: EventHandler) -> None:
-        """Register a callback for :mod:`pyharvest.core.events`; set it before :meth:`start`."""
-        if self._state is not State.CREATED:
-            raise HarvestError("set the event handler before starting the harvester")
-        self._event_handler = handler
 
     def start(self) -> None:
         """Connect and start harvesting in the background. Errors at start-up (unreachable
@@ -223,36 +201,12 @@ class HarvestEngine:
         """Ask the harvester to stop; returns at once. In-flight records are given
         ``limits.shutdownTimeout`` to be acknowledged and purged; any left are picked up by
         the next leader. Use :meth:`join` to wait."""
-        if self._state is State.CREATED:
-            self._state = State.STOPPED
-            self._stopped.set()
-            return
-        self._stopping.set()
+        super().stop()
+
+    def _wake(self) -> None:
         self._dispatch.wake()
 
-    def join(self, timeout: float | None = None) -> bool:
-        """Wait until stopped; re-raise whatever crashed it. Returns False on timeout."""
-        if not self._stopped.wait(timeout):
-            return False
-        if self._crash is not None:
-            raise self._crash
-        return True
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-        self.join()
-
     # ------------------------------------------------------------------ events
-
-    def _emit(self, event: Event) -> None:
-        try:
-            self._event_handler(event)
-        except Exception:  # noqa: BLE001 - a faulty handler must not break harvesting
-            log.exception("event handler raised on %r", event)
 
     def _on_leader_status(self, status: LeaderStatus) -> None:
         if status is LeaderStatus.ACQUIRED:

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from pyharvest.core.kafka import DeliveryError, KafkaClients, KafkaConfigMap, LeaderConsumer, Producer
 
-__all__ = ["LeaderStatus", "Leadership", "Neli"]
+__all__ = ["Heartbeats", "LeaderStatus", "Leadership", "Neli"]
 
 log = logging.getLogger("pyharvest.neli")
 
@@ -25,6 +25,33 @@ class LeaderStatus(Enum):
     ACQUIRED = "acquired"
     REVOKED = "revoked"
     FENCED = "fenced"
+
+
+class Heartbeats:
+    """Publishes a member's heartbeats to its leader-topic partitions. A failed one is only
+    counted and logged now and then: a lost heartbeat is what fencing is for."""
+
+    def __init__(self, topic: str, name: str) -> None:
+        self.topic = topic
+        self.name = name
+        self.errors = 0
+
+    def send(self, producer: Producer | None, partition: int) -> None:
+        assert producer is not None
+        value = f"{time.time_ns()}%{self.name}".encode()
+        try:
+            producer.produce(self.topic, self.name, value, (), self._delivered, partition=partition)
+        except Exception as e:  # noqa: BLE001
+            self._delivered(DeliveryError("PRODUCE", str(e)))
+
+    def _delivered(self, error: DeliveryError | None) -> None:
+        if error is not None:
+            self.errors += 1
+            if self.errors == 1 or self.errors % 100 == 0:
+                log.warning("heartbeat not delivered (%d so far): %s", self.errors, error)
+        elif self.errors:
+            log.info("heartbeats delivered again after %d failures", self.errors)
+            self.errors = 0
 
 
 class Leadership(Protocol):
@@ -82,7 +109,7 @@ class Neli:
         self._leader = False
         self._last_received = 0.0
         self._last_poll = float("-inf")
-        self._heartbeat_errors = 0
+        self._heartbeats = Heartbeats(leader_topic, name)
 
     @property
     def is_leader(self) -> bool:
@@ -150,25 +177,8 @@ class Neli:
             self._leader = False
             self._on_status(LeaderStatus.FENCED)
         if self._assigned:
-            self._send_heartbeat()
+            self._heartbeats.send(self._producer, 0)
         return self._leader
-
-    def _send_heartbeat(self) -> None:
-        assert self._producer is not None
-        value = f"{time.time_ns()}%{self.name}".encode()
-        try:
-            self._producer.produce(self.leader_topic, self.name, value, (), self._heartbeat_delivered, partition=0)
-        except Exception as e:  # noqa: BLE001 - a lost heartbeat is what fencing is for
-            self._heartbeat_delivered(DeliveryError("PRODUCE", str(e)))
-
-    def _heartbeat_delivered(self, error: DeliveryError | None) -> None:
-        if error is not None:
-            self._heartbeat_errors += 1
-            if self._heartbeat_errors == 1 or self._heartbeat_errors % 100 == 0:
-                log.warning("heartbeat not delivered (%d so far): %s", self._heartbeat_errors, error)
-        elif self._heartbeat_errors:
-            log.info("heartbeats delivered again after %d failures", self._heartbeat_errors)
-            self._heartbeat_errors = 0
 
     def _assigned_cb(self, partitions: list[int]) -> None:
         log.debug("assigned partitions %s of %r", partitions, self.leader_topic)

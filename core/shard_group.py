@@ -26,8 +26,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from pyharvest.core.errors import TopicError
-from pyharvest.core.kafka import DeliveryError, KafkaClients, KafkaConfigMap, LeaderConsumer, Producer
-from pyharvest.core.neli import LeaderStatus
+from pyharvest.core.kafka import KafkaClients, KafkaConfigMap, LeaderConsumer, Producer
+from pyharvest.core.neli import Heartbeats, LeaderStatus
 
 __all__ = ["ShardConsumer", "ShardGroup", "ShardLease"]
 
@@ -143,7 +143,7 @@ class ShardGroup:
         self._last_poll = clock()
         self._consumer: ShardConsumer | None = None
         self._producer: Producer | None = None
-        self._heartbeat_errors = 0
+        self._heartbeats = Heartbeats(leader_topic, name)
 
     @property
     def owned(self) -> frozenset[int]:
@@ -216,24 +216,7 @@ class ShardGroup:
             if lease.is_leader and now - self._last_received.get(p, now) > self._heartbeat_timeout:
                 log.warning("shard %d fenced: no heartbeat came back within %.1fs", p, self._heartbeat_timeout)
                 lease.lose(LeaderStatus.FENCED)
-            self._send_heartbeat(p)
-
-    def _send_heartbeat(self, partition: int) -> None:
-        assert self._producer is not None
-        value = f"{time.time_ns()}%{self.name}".encode()
-        try:
-            self._producer.produce(self.leader_topic, self.name, value, (), self._delivered, partition=partition)
-        except Exception as e:  # noqa: BLE001 - a lost heartbeat is what fencing is for
-            self._delivered(DeliveryError("PRODUCE", str(e)))
-
-    def _delivered(self, error: DeliveryError | None) -> None:
-        if error is not None:
-            self._heartbeat_errors += 1
-            if self._heartbeat_errors == 1 or self._heartbeat_errors % 100 == 0:
-                log.warning("heartbeat not delivered (%d so far): %s", self._heartbeat_errors, error)
-        elif self._heartbeat_errors:
-            log.info("heartbeats delivered again after %d failures", self._heartbeat_errors)
-            self._heartbeat_errors = 0
+            self._heartbeats.send(self._producer, p)
 
     def _assigned(self, partitions: list[int]) -> None:
         now = self._clock()

@@ -13,22 +13,21 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Self
 
 from pyharvest.core.binding import ShardableBinding
 from pyharvest.core.config import Config, mask_data_source, mask_kafka_config
 from pyharvest.core.errors import HarvestError
-from pyharvest.core.events import Event, EventHandler
-from pyharvest.core.harvest import HarvestEngine, State
+from pyharvest.core.harvest import HarvestEngine
 from pyharvest.core.health import Health
 from pyharvest.core.kafka import KafkaClients
+from pyharvest.core.lifecycle import Lifecycle, State
 from pyharvest.core.logs import log, one_line
 from pyharvest.core.shard_group import ShardGroup
 
 __all__ = ["ShardedHarvestEngine"]
 
 
-class ShardedHarvestEngine:
+class ShardedHarvestEngine(Lifecycle):
     """Harvests ``config.shards`` shards of one outbox with the other processes of the group.
 
     The same life cycle as :class:`~pyharvest.core.harvest.HarvestEngine`: ``start``, ``stop``,
@@ -42,25 +41,17 @@ class ShardedHarvestEngine:
         binding: ShardableBinding | Callable[[], ShardableBinding],
         kafka: KafkaClients,
     ) -> None:
+        super().__init__()
         self.config = config.resolve()
         self._binding_source = binding
         self._binding: ShardableBinding | None = None
         self._kafka = kafka
-        self._event_handler: EventHandler = lambda e: None
         self._engines: dict[int, HarvestEngine] = {}
         self._lock = threading.Lock()
         self._group: ShardGroup | None = None
         self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
-        self._stopped = threading.Event()
-        self._crash: BaseException | None = None
-        self._state = State.CREATED
 
     # ------------------------------------------------------------------ public API
-
-    @property
-    def state(self) -> State:
-        return self._state
 
     @property
     def engines(self) -> dict[int, HarvestEngine]:
@@ -86,10 +77,6 @@ class ShardedHarvestEngine:
             broker_connected=group.broker_connected if group is not None else None,
             database_connected=False if False in database else (True if database else None),
         )
-
-    def set_event_handler(self, handler: EventHandler) -> None:
-        """Register a callback for :mod:`pyharvest.core.events`; events of every shard."""
-        self._event_handler = handler
 
     def start(self) -> None:
         if self._state is not State.CREATED:
@@ -121,38 +108,6 @@ class ShardedHarvestEngine:
         self._state = State.RUNNING
         self._thread = threading.Thread(target=self._group_loop, name="pyharvest-shards", daemon=True)
         self._thread.start()
-
-    def stop(self) -> None:
-        """Ask every shard to stop; returns at once. Use :meth:`join` to wait."""
-        if self._state is State.CREATED:
-            self._state = State.STOPPED
-            self._stopped.set()
-            return
-        self._stopping.set()
-
-    def join(self, timeout: float | None = None) -> bool:
-        """Wait until stopped; re-raise whatever crashed it. Returns False on timeout."""
-        if not self._stopped.wait(timeout):
-            return False
-        if self._crash is not None:
-            raise self._crash
-        return True
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-        self.join()
-
-    # ------------------------------------------------------------------ internals
-
-    def _emit(self, event: Event) -> None:
-        try:
-            self._event_handler(event)
-        except Exception:  # noqa: BLE001 - a faulty handler must not break harvesting
-            log.exception("event handler raised on %r", event)
 
     def _ensure_engine(self, shard: int) -> None:
         """Called on the group's thread when ``shard``'s partition is assigned."""

@@ -23,12 +23,15 @@ from sqlalchemy.dialects import mssql
 
 from pyharvest.plugins.api import (
     KEY_LENGTH,
+    SHARD_EXPRESSION,
     Capabilities,
     MarkQuery,
     MarkStrategy,
     OutboxTable,
     ReturningMark,
     hookimpl,
+    shard_column,
+    shard_column_filter,
 )
 
 NAME = "mssql"
@@ -78,20 +81,15 @@ def pyharvest_mark_strategy(table: OutboxTable) -> MarkStrategy:
     return ReturningMark(MarkQuery(table, table_hint=LOCK_HINT, literal=False))
 
 
-def _shard_column(shards: int) -> str:
-    return f"kafka_shard_{int(shards)}"
-
-
 @hookimpl
 def pyharvest_shard_filter(source: sa.FromClause, shards: int, shard: int) -> sa.ColumnElement[bool]:
-    # An indexed computed column; unqualified, as only the outbox (or the mark's alias of it) has it.
-    return sa.literal_column(_shard_column(shards)) == sa.literal_column(str(int(shard)))
+    return shard_column_filter(shards, shard)
 
 
 @hookimpl
 def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence[str]:
-    t, column = table.name.quoted(_preparer), _preparer.quote(_shard_column(shards))
+    t, column = table.name.quoted(_preparer), _preparer.quote(shard_column(shards))
     return [
-        f"ALTER TABLE {t} ADD {column} AS (COALESCE(kafka_key_hash, 0) % {int(shards)})",
+        f"ALTER TABLE {t} ADD {column} AS ({SHARD_EXPRESSION.format(shards=int(shards))})",
         f"CREATE INDEX {_preparer.quote(index)} ON {t} ({column}, id)",
     ]

@@ -20,7 +20,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
-from pyharvest.plugins.api import KEY_LENGTH, OutboxTable, hookimpl
+from pyharvest.plugins.api import (
+    KEY_LENGTH,
+    SHARD_EXPRESSION,
+    OutboxTable,
+    hookimpl,
+    shard_column,
+    shard_column_filter,
+)
 
 NAME = "mysql"
 _preparer = mysql.dialect().identifier_preparer
@@ -61,21 +68,15 @@ def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str] | None:
     ]
 
 
-def _shard_column(shards: int) -> str:
-    return f"kafka_shard_{int(shards)}"
-
-
 @hookimpl
 def pyharvest_shard_filter(source: sa.FromClause, shards: int, shard: int) -> sa.ColumnElement[bool]:
-    # MariaDB cannot index an expression: the shard is a virtual column, indexed with the id.
-    # Unqualified: inside the mark's row choice only the outbox has it.
-    return sa.literal_column(_shard_column(shards)) == sa.literal_column(str(int(shard)))
+    return shard_column_filter(shards, shard)
 
 
 @hookimpl
 def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence[str]:
-    t, column = table.name.quoted(_preparer), _preparer.quote(_shard_column(shards))
+    t, column = table.name.quoted(_preparer), _preparer.quote(shard_column(shards))
     return [
-        f"ALTER TABLE {t} ADD COLUMN {column} SMALLINT AS (COALESCE(kafka_key_hash, 0) % {int(shards)}) VIRTUAL, "
+        f"ALTER TABLE {t} ADD COLUMN {column} SMALLINT AS ({SHARD_EXPRESSION.format(shards=int(shards))}) VIRTUAL, "
         f"ADD INDEX {_preparer.quote(index)} ({column}, id)"
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pyharvest.core.binding import DatabaseBinding, ShardableBinding
 from pyharvest.core.config import Config
@@ -10,7 +11,32 @@ from pyharvest.core.harvest import HarvestEngine
 from pyharvest.core.kafka import KafkaClients
 from pyharvest.core.sharded import ShardedHarvestEngine
 
+if TYPE_CHECKING:
+    from pyharvest.bindings.sql import SqlBinding
+
 __all__ = ["Harvest", "ShardedHarvest"]
+
+
+def _sql_binding(config: Config) -> Callable[[], SqlBinding]:
+    """The SQL binding ``config`` names, created when the harvester starts."""
+
+    def create() -> SqlBinding:
+        from pyharvest.bindings.sql import create_binding
+
+        return create_binding(
+            config.data_source, config.outbox_table, config.binding,
+            quarantine=config.poison_policy == "quarantine",
+            # The mark thread and the delivery thread of every shard hold a connection each.
+            engine_options={"pool_size": 2 * config.shards} if config.shards > 1 else None,
+        )
+
+    return create
+
+
+def _confluent() -> KafkaClients:
+    from pyharvest.bindings.kafka.confluent import ConfluentClients
+
+    return ConfluentClients()
 
 
 class Harvest(HarvestEngine):
@@ -34,21 +60,10 @@ class Harvest(HarvestEngine):
         kafka: KafkaClients | None = None,
     ) -> None:
         resolved = config.resolve()
-        if binding is None:
-
-            def binding() -> DatabaseBinding:
-                from pyharvest.bindings.sql import create_binding
-
-                return create_binding(
-                    resolved.data_source, resolved.outbox_table, resolved.binding,
-                    quarantine=resolved.poison_policy == "quarantine",
-                )
-
-        if kafka is None:
-            from pyharvest.bindings.kafka.confluent import ConfluentClients
-
-            kafka = ConfluentClients()
-        super().__init__(resolved, binding=binding, kafka=kafka)
+        super().__init__(
+            resolved, binding=_sql_binding(resolved) if binding is None else binding,
+            kafka=_confluent() if kafka is None else kafka,
+        )
 
 
 class ShardedHarvest(ShardedHarvestEngine):
@@ -68,19 +83,7 @@ class ShardedHarvest(ShardedHarvestEngine):
         kafka: KafkaClients | None = None,
     ) -> None:
         resolved = config.resolve()
-        if binding is None:
-
-            def binding() -> ShardableBinding:
-                from pyharvest.bindings.sql import create_binding
-
-                return create_binding(
-                    resolved.data_source, resolved.outbox_table, resolved.binding,
-                    quarantine=resolved.poison_policy == "quarantine",
-                    engine_options={"pool_size": 2 * resolved.shards},
-                )
-
-        if kafka is None:
-            from pyharvest.bindings.kafka.confluent import ConfluentClients
-
-            kafka = ConfluentClients()
-        super().__init__(resolved, binding=binding, kafka=kafka)
+        super().__init__(
+            resolved, binding=_sql_binding(resolved) if binding is None else binding,
+            kafka=_confluent() if kafka is None else kafka,
+        )

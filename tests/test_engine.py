@@ -206,15 +206,19 @@ def test_crash_in_binding_surfaces_through_join():
     assert h.join(5)  # MemoryError is retried as an I/O error until shutdown gives up
 
 
-def test_start_twice_and_handler_after_start_are_refused():
+def test_start_twice_is_refused_and_a_handler_may_be_set_once_running():
     from pyharvest.core.errors import HarvestError
 
-    h = make(FakeBinding(), FakeKafka())
+    db = FakeBinding()
+    h = make(db, FakeKafka())
+    events: list[object] = []
     with h:
         with pytest.raises(HarvestError):
             h.start()
-        with pytest.raises(HarvestError):
-            h.set_event_handler(lambda e: None)
+        h.set_event_handler(events.append)  # the README's `with Harvest(config) as h:` order
+        fill(db, 50, 5)
+        wait_until(lambda: h.metrics.records_purged == 50)
+    assert any(isinstance(e, LeaderRevoked) for e in events)  # delivered to the handler set late
 
 
 def poison_for(bad_key: str):

@@ -37,6 +37,7 @@ from pyharvest.plugins.api.marking import (
     TransactionalMark,
     literal_limit,
 )
+from pyharvest.plugins.api.shards import SHARD_EXPRESSION, shard_column, shard_column_filter
 from pyharvest.plugins.api.table import (
     GOHARVEST,
     KEY_HASH_COLUMN,
@@ -64,6 +65,7 @@ __all__ = [
     "NATIVE",
     "PROJECT_NAME",
     "REQUIRED_COLUMNS",
+    "SHARD_EXPRESSION",
     "TOPIC_LENGTH",
     "BulkWriter",
     "Capabilities",
@@ -92,4 +94,6 @@ __all__ = [
     "mask_url",
     "parse_table_name",
     "raise_as_sqlalchemy_error",
+    "shard_column",
+    "shard_column_filter",
 ]

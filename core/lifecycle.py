@@ -1,0 +1,82 @@
+"""What every harvester shares: its life cycle and its events.
+
+A harvester runs in the background from :meth:`Lifecycle.start` until :meth:`Lifecycle.stop`;
+:meth:`Lifecycle.join` waits for it and re-raises whatever crashed it, and ``with`` does both.
+:class:`~pyharvest.core.harvest.HarvestEngine` (one outbox, or one shard of it) and
+:class:`~pyharvest.core.sharded.ShardedHarvestEngine` (the shards this process leads) differ
+only in what runs.
+"""
+
+from __future__ import annotations
+
+import threading
+from enum import Enum
+from typing import Self
+
+from pyharvest.core.events import Event, EventHandler
+from pyharvest.core.logs import log
+
+__all__ = ["Lifecycle", "State"]
+
+
+class State(Enum):
+    CREATED = "created"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class Lifecycle:
+    """The life cycle and event delivery of a harvester; subclasses implement ``start``."""
+
+    def __init__(self) -> None:
+        self._state = State.CREATED
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._crash: BaseException | None = None
+        self._event_handler: EventHandler = lambda e: None
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def set_event_handler(self, handler: EventHandler) -> None:
+        """Register the callback for :mod:`pyharvest.core.events`, before or after :meth:`start`."""
+        self._event_handler = handler
+
+    def stop(self) -> None:
+        """Ask the harvester to stop; returns at once. Use :meth:`join` to wait."""
+        if self._state is State.CREATED:
+            self._state = State.STOPPED
+            self._stopped.set()
+            return
+        self._stopping.set()
+        self._wake()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until stopped; re-raise whatever crashed it. Returns False on timeout."""
+        if not self._stopped.wait(timeout):
+            return False
+        if self._crash is not None:
+            raise self._crash
+        return True
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self.join()
+
+    def _wake(self) -> None:
+        """Wake the harvester's threads so they see the stop request (if they wait on more)."""
+
+    def _emit(self, event: Event) -> None:
+        try:
+            self._event_handler(event)
+        except Exception:  # noqa: BLE001 - a faulty handler must not break harvesting
+            log.exception("event handler raised on %r", event)
