@@ -35,6 +35,8 @@ log = logging.getLogger("pyharvest.shards")
 
 StatusHandler = Callable[[LeaderStatus], None]
 
+REBALANCE_TIMEOUT_MS = 30_000
+
 
 class ShardConsumer(LeaderConsumer, Protocol):
     def poll_partitions(self, timeout: float) -> list[int]:
@@ -183,6 +185,11 @@ class ShardGroup:
             "auto.offset.reset": "latest",
             # Incremental: a member joining or leaving moves only the shards that change owner.
             "partition.assignment.strategy": "cooperative-sticky",
+            # Also the rebalance timeout: how long a rebalance waits for a member that does not
+            # rejoin. librdkafka's 5 minutes left shards unowned that long after members left
+            # mid-rebalance (seen on the embedded broker); the group thread polls every
+            # minPollInterval, and a revocation waits at most for the in-flight records.
+            "max.poll.interval.ms": max(hb_ms * 3, REBALANCE_TIMEOUT_MS),
         }
         consumer = self._clients.leader_consumer(consumer_cfg)
         if not hasattr(consumer, "poll_partitions"):
