@@ -80,3 +80,19 @@ def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str] | None:
 @hookimpl
 def pyharvest_mark_strategy(table: OutboxTable) -> MarkStrategy:
     return ReturningMark(MarkQuery(table, lock=False))
+
+
+@hookimpl
+def pyharvest_upsert_from_select(
+    target: sa.Table, source: sa.Select[Any], keys: Sequence[str], order: Sequence[sa.ColumnElement[Any]]
+) -> sa.Executable:
+    # Rows apply in order, so a key's last row wins. The SELECT needs a WHERE before the upsert
+    # clause, or SQLite would read ON CONFLICT as a join constraint.
+    if source.whereclause is None:
+        source = source.where(sa.true())
+    names = [c.name for c in source.selected_columns]
+    insert = sqlite.insert(target).from_select(names, source.order_by(*order))
+    others = [c for c in names if c not in keys]
+    if not others:
+        return insert.on_conflict_do_nothing(index_elements=list(keys))
+    return insert.on_conflict_do_update(index_elements=list(keys), set_={c: insert.excluded[c] for c in others})
