@@ -286,11 +286,14 @@ class _FakeWriter:
         self.calls: list[list[Sequence[Any]]] = []
 
     def __call__(self, connection: sa.Connection, rows: Sequence[Sequence[Any]]) -> bool:
-        self.calls.append(list(rows))
-        if self.accept:
-            connection.execute(sa.text(f"INSERT INTO {self.table} (sink, identity, applied_at) VALUES (:s, :i, :t)"),
-                               [{"s": s, "i": i, "t": t} for s, i, t in rows])
-        return self.accept
+        if not self.accept:
+            self.calls.append([])  # declines before reading, as the protocol asks
+            return False
+        read = list(rows)  # once: an iterator's rows are streamed
+        self.calls.append(read)
+        connection.execute(sa.text(f"INSERT INTO {self.table} (sink, identity, applied_at) VALUES (:s, :i, :t)"),
+                           [{"s": s, "i": i, "t": t} for s, i, t in read])
+        return True
 
     table = ""
 
@@ -308,7 +311,7 @@ def test_bulk_insert_uses_the_writer_for_large_batches_only(tmp_path: Any, monke
         assert insert(conn, [("s", "a", now), ("s", "b", now)]) == 2  # below min_rows: executemany
         assert writer.calls == []
         assert insert(conn, [("s", f"w{i}", now) for i in range(5)]) == 5
-        assert insert(conn, (("s", f"g{i}", now) for i in range(4))) == 4  # an iterator, chunked
+        assert insert(conn, (("s", f"g{i}", now) for i in range(4))) == 4  # an iterator: streamed, one call
     assert len(writer.calls) == 2
     # The column's TypeDecorator ran before the writer, as before an INSERT (naive UTC on SQLite).
     assert writer.calls[0][0] == ("s", "w0", datetime(2024, 5, 1, 12, 0))
@@ -364,4 +367,63 @@ def test_bulk_insert_pickles_without_its_caches(tmp_path: Any) -> None:
     assert copy.columns == insert.columns and not copy._writers
     with engine.begin() as conn:
         assert copy(conn, [("s", "b", datetime.now(UTC))]) == 1
+    engine.dispose()
+
+
+def test_rows_are_made_on_demand_each_pass() -> None:
+    from pyharvest.bindings.sql.bulk_insert import Rows
+
+    made: list[int] = []
+
+    def make() -> Iterator[tuple[int, str]]:
+        for i in range(5):
+            made.append(i)
+            yield (i, f"v{i}")
+
+    rows = Rows(5, make)
+    assert len(rows) == 5 and made == []  # nothing made until iterated
+    assert list(rows) == list(rows) == [(i, f"v{i}") for i in range(5)]
+    assert rows[1:3] == [(1, "v1"), (2, "v2")] and rows[-1] == (4, "v4")
+    with pytest.raises(IndexError):
+        rows[5]
+    assert not Rows(0, lambda: iter(()))
+
+
+def test_bulk_insert_writes_lazy_rows_after_a_declining_writer(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyharvest.bindings.sql.bulk_insert import Rows
+
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'b.db'}")
+    seen = _seen_table("seen")
+    seen.create(engine)
+    writer = _FakeWriter(accept=False)
+    monkeypatch.setattr(Dialect, "bulk_writer", lambda self, *a, **k: writer)
+    now = datetime.now(UTC)
+    with engine.begin() as conn:
+        rows = Rows(7, lambda: (("s", f"r{i}", now) for i in range(7)))
+        assert BulkInsert(seen, chunk_rows=3)(conn, rows) == 7
+    assert len(writer.calls) == 1  # asked, declined
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(seen)).scalar() == 7
+    engine.dispose()
+
+
+def test_bulk_insert_streams_an_iterator_to_the_writer_once(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'b.db'}")
+    seen = _seen_table("seen")
+    seen.create(engine)
+
+    class ReadsTwice:
+        min_rows = 2
+
+        def __call__(self, connection: sa.Connection, rows: Sequence[Sequence[Any]]) -> bool:
+            list(rows)
+            list(rows)
+            return True
+
+    monkeypatch.setattr(Dialect, "bulk_writer", lambda self, *a, **k: ReadsTwice())
+    now = datetime.now(UTC)
+    with engine.begin() as conn:
+        assert BulkInsert(seen)(conn, [("s", "a", now), ("s", "b", now)]) == 2  # a list may be read twice
+        with pytest.raises(RuntimeError, match="read once"):  # an iterator is not silently lost
+            BulkInsert(seen)(conn, (("s", f"i{i}", now) for i in range(3)))
     engine.dispose()

@@ -20,10 +20,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import count, repeat
+from itertools import count, islice, repeat
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -46,7 +46,7 @@ from pyharvest.bindings.spark.staging import (
     target_staging_table,
 )
 from pyharvest.bindings.spark.writer_options import WriterOptions, parse_writer_options
-from pyharvest.bindings.sql.bulk_insert import BulkInsert
+from pyharvest.bindings.sql.bulk_insert import BulkInsert, Rows
 from pyharvest.bindings.sql.schema import check_table
 from pyharvest.core.errors import BindingError, ConfigError
 from pyharvest.plugins.api import NATIVE, TableName, UTCDateTime
@@ -172,13 +172,11 @@ class OutboxWriter(DataSourceArrowWriter):
                 else:
                     assert stage_target is not None
                     columns = [batch.column(c).to_pylist() for c in o.columns]
-                    rows = list(zip(repeat(partition), repeat(attempt), count(seq0 + n_target), *columns))
-                    n_target += stage_target(conn, rows)
+                    n_target += stage_target(conn, _staged_rows(partition, attempt, seq0 + n_target, columns))
                     if o.events is None:
                         continue
                     payload = derive_events(batch.to_pylist(), batch, o.events, where)
-                staged = list(zip(repeat(partition), repeat(attempt), count(seq0 + n_out), *payload))
-                n_out += stage_outbox(conn, staged)
+                n_out += stage_outbox(conn, _staged_rows(partition, attempt, seq0 + n_out, payload))
         return StagedPartition(partition, attempt, n_out, n_target)
 
     # -- job end (driver) ------------------------------------------------------------------
@@ -275,6 +273,17 @@ def _check_target(db: Database, target: TableName, columns: Sequence[str]) -> No
         raise ConfigError(
             "target_table", f"{target} has no column(s) {', '.join(unknown)} (it has: {', '.join(sorted(found))})"
         )
+
+
+def _staged_rows(partition: int, attempt: int, first: int, columns: Sequence[Iterable[Any]]) -> Rows:
+    """A batch's staged rows (partition, attempt, seq, *columns), made while they are written:
+    a list of tuples would cost its allocation and the garbage collector's scans. Columns that
+    are not lists (a repeated topic, values made by a generator) become lists of references
+    first, so that the rows can be made again (a writer that declines leaves them to
+    executemany)."""
+    n = min(len(c) for c in columns if isinstance(c, list | tuple))  # the key column is always a list
+    cols = [c if isinstance(c, list | tuple) else list(islice(c, n)) for c in columns]
+    return Rows(n, lambda: zip(repeat(partition), repeat(attempt), count(first), *cols))
 
 
 def _winners(messages: Sequence[WriterCommitMessage | None]) -> list[StagedPartition]:

@@ -20,12 +20,12 @@ checkpoint are pruned.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import sqlalchemy as sa
 
-from pyharvest.bindings.sql.bulk_insert import BulkInsert
+from pyharvest.bindings.sql.bulk_insert import BulkInsert, Rows
 from pyharvest.plugins.api import dialect_of
 
 __all__ = ["Dedupe", "Source"]
@@ -87,9 +87,12 @@ class Dedupe:
         if not rows:
             return
         g = self.group_id
-        self._insert(
-            conn, [(g, r["outbox"], r["record_id"], r["topic"], r["kafka_partition"], r["kafka_offset"]) for r in rows]
-        )
+
+        def tuples() -> Iterator[tuple[object, ...]]:
+            for r in rows:
+                yield (g, r["outbox"], r["record_id"], r["topic"], r["kafka_partition"], r["kafka_offset"])
+
+        self._insert(conn, Rows(len(rows), tuples))  # made while written, not held in a list
 
     @staticmethod
     def row(source: Source, topic: str, partition: int, offset: int) -> dict[str, object]:

@@ -190,3 +190,15 @@ def test_staged_outbox_rows_are_copied_in_binary_with_the_old_types() -> None:
     writer = CopyWriter(table, _STAGED_OUTBOX_COLUMNS, exact_types=True)
     assert writer.types == ["int4", "int8", "int8", "text", "text", "bytea", "text"]
     assert writer.statement.endswith("FROM STDIN (FORMAT BINARY)")
+
+
+def test_staged_rows_can_be_made_again_whatever_the_columns() -> None:
+    from itertools import repeat
+
+    from pyharvest.bindings.spark.outbox_writer import _staged_rows
+
+    values = (f"v{i}".encode() for i in range(3))  # a generator: read once
+    rows = _staged_rows(2, 99, 2 << 40, [repeat("topic"), ["a", "b", "c"], values, repeat("[]", 3)])
+    expected = [(2, 99, (2 << 40) + i, "topic", k, f"v{i}".encode(), "[]") for i, k in enumerate("abc")]
+    assert len(rows) == 3
+    assert list(rows) == expected and list(rows) == expected
