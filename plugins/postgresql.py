@@ -12,8 +12,8 @@ sorts the table.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import Any, overload
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
@@ -269,7 +269,7 @@ def pyharvest_insert_new_keys(
     connection.exec_driver_sql(
         f"CREATE TEMPORARY TABLE IF NOT EXISTS {name} (k {key_type}) ON COMMIT DELETE ROWS; DELETE FROM {name}"
     )
-    if not CopyWriter(scratch, ["k"], exact_types=True)(connection, [(k,) for k in keys]):
+    if not CopyWriter(scratch, ["k"], exact_types=True)(connection, _OneColumn(keys)):
         return None  # pipeline mode: no COPY
     given = [sa.literal(v, table.c[c].type) for c, v in values.items()]
     primary = {c.name for c in table.primary_key.columns}
@@ -283,10 +283,35 @@ def pyharvest_insert_new_keys(
     if not stamp:
         present = set(connection.execute(present_rows).scalars())
     insert = postgresql.insert(table).from_select([key_column, *values], sa.select(scratch.c.k, *given))
-    inserted = connection.execute(insert.on_conflict_do_nothing()).rowcount
+    # preserve_rowcount: SQLAlchemy 2.0.28+ keeps an INSERT's row count only when asked.
+    inserted = connection.execute(insert.on_conflict_do_nothing().execution_options(preserve_rowcount=True)).rowcount
     if stamp and inserted != len(keys):
         present = set(connection.execute(present_rows.where(sa.or_(*stamp))).scalars())
     return present
+
+
+class _OneColumn(Sequence[tuple[Any]]):
+    """``keys`` as one-column rows, made while COPY writes them (no list of tuples to build)."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Sequence[Any]) -> None:
+        self._values = values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __iter__(self) -> Iterator[tuple[Any]]:
+        return ((v,) for v in self._values)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[tuple[Any]]: ...
+    def __getitem__(self, index: int | slice) -> tuple[Any] | Sequence[tuple[Any]]:
+        if isinstance(index, slice):
+            return [(v,) for v in self._values[index]]
+        return (self._values[index],)
 
 
 def _distinct_on(select: sa.Select[Any], columns: Sequence[sa.ColumnElement[Any]]) -> sa.Select[Any]:

@@ -235,12 +235,16 @@ def test_insert_new_keys_returns_the_keys_already_there(engine: sa.Engine, table
     seen.create(engine)
     dialect = _plugin(engine)
     first, second, third = (datetime(2024, 1, d, tzinfo=UTC) for d in (1, 2, 3))
+    statements: list[str] = []
+    sa.event.listen(engine, "before_cursor_execute", lambda conn, cursor, sql, *a: statements.append(sql))
     with engine.begin() as conn:
         present = dialect.insert_new_keys(conn, seen, "identity", ["a", "b"], {"sink": "s", "applied_at": first})
         if present is None:  # no way of its own: the caller's generic path (tested with the Spark sink)
             assert dialect.name != "postgresql" or engine.dialect.driver != "psycopg"
             return
         assert set(present) == set()
+        # Every key was new: no look-up after the insert (the insert's row count said so).
+        assert not [s for s in statements if "JOIN" in s.upper()], statements
         # Twice in one transaction: the keys of the first call are not mistaken for this one's.
         present = dialect.insert_new_keys(conn, seen, "identity", ["b", "c"], {"sink": "s", "applied_at": second})
         assert set(present) == {"b"}
