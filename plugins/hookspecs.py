@@ -15,7 +15,7 @@ Hook names carry the ``pyharvest_`` prefix so that a module can hold unrelated f
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -137,3 +137,56 @@ def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence
     order through an index named ``index`` (an expression index, or a generated column and an
     index on it). Run once, by ``reaper init-db --shards N``, when no index of that name exists.
     Default: ``CREATE INDEX index ON table ((COALESCE(kafka_key_hash, 0) % shards), id)``."""
+
+# --- Writing many rows: the inbox's and Spark's database differences ----------------------
+
+
+@hookspec(firstresult=True)
+def pyharvest_insert_new_keys(
+    connection: sa.Connection, table: sa.Table, key_column: str, keys: Sequence[Any], values: Mapping[str, Any]
+) -> Collection[Any] | None:
+    """Remember ``keys``: in the caller's transaction, insert the row ``{key_column: k,
+    **values}`` for each of ``keys`` (distinct) whose primary key ``table`` does not hold yet,
+    and return the keys it did not insert, those already there (usually none, so the answer
+    stays small). ``table``'s primary key is ``key_column`` plus columns of ``values`` (the
+    exactly-once sink's: the sink's name and the identity). The other columns of ``values``
+    must differ from every earlier call's (the sink's: the batch's time), so that a dialect
+    may tell the rows it inserted from those already there after the insert, a look-up less.
+    None: the generic way, which every dialect gets: look the keys up with
+    :func:`pyharvest_list_filter`, then insert the others with the bulk writer. PostgreSQL
+    copies the keys into a temporary table and inserts with ``ON CONFLICT DO NOTHING``: one
+    ``COPY`` and one statement, whatever the number of keys."""
+
+
+@hookspec(firstresult=True)
+def pyharvest_upsert_from_select(
+    target: sa.Table, source: sa.Select[Any], keys: Sequence[str], order: Sequence[sa.ColumnElement[Any]]
+) -> sa.Executable | None:
+    """An upsert: insert the rows of ``source`` into ``target``, except that a row whose
+    ``keys`` match a row of ``target`` updates that row's other columns instead. ``source``
+    selects exactly ``target``'s columns, in order and by name, without an ``ORDER BY``;
+    several of its rows may share keys, and then the last in ``order`` wins (the Spark writer's
+    rows mode: ``target_key_columns``). Build it with SQLAlchemy constructs where they exist
+    (``sqlalchemy.dialects.postgresql.insert(...).on_conflict_do_update``, MySQL's
+    ``on_duplicate_key_update``); a ``MERGE`` must first keep each key's last row (``ROW_NUMBER()``),
+    since it may not touch a target row twice. None: the database has no upsert; the caller
+    says so."""
+
+
+@hookspec(firstresult=True)
+def pyharvest_staging_table(table: sa.Table) -> sa.Table | None:
+    """The table to create in place of ``table`` for rows that live only until a job commits
+    (the Spark writer's per-job staging tables): same name, columns and types, with whatever
+    makes writing them cheaper, e.g. ``prefixes=["UNLOGGED"]`` (no write-ahead log; a crash
+    empties the table, which the job's commit notices). ``table``'s indexes only serve reading
+    the rows back in order: a dialect that sorts faster than it maintains an index may leave
+    them out. None: create ``table`` as it is."""
+
+
+@hookspec(firstresult=True)
+def pyharvest_bulk_move_statements() -> Sequence[str] | None:
+    """Statements run first in a transaction that copies many rows from table to table in
+    order (the Spark writer's commit, ``INSERT … SELECT … ORDER BY`` out of its staging
+    tables), to tune that transaction alone (PostgreSQL: ``SET LOCAL work_mem``, so that the
+    sort stays in memory). Their effect must end with the transaction or the connection
+    (the caller does not reuse it). None: nothing to run."""

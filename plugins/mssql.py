@@ -17,6 +17,7 @@ keep the outbox trigger-free.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mssql
@@ -36,6 +37,7 @@ from pyharvest.plugins.api import (
 
 NAME = "mssql"
 _preparer = mssql.dialect().identifier_preparer  # type: ignore[no-untyped-call]  # SQLAlchemy's dialect __init__ is unannotated
+_sa_dialect = mssql.dialect()  # type: ignore[no-untyped-call]  # compiles the upsert's source
 LOCK_HINT = "WITH (UPDLOCK, ROWLOCK)"
 
 
@@ -93,3 +95,32 @@ def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence
         f"ALTER TABLE {t} ADD {column} AS ({SHARD_EXPRESSION.format(shards=int(shards))})",
         f"CREATE INDEX {_preparer.quote(index)} ON {t} ({column}, id)",
     ]
+
+
+@hookimpl
+def pyharvest_upsert_from_select(
+    target: sa.Table, source: sa.Select[Any], keys: Sequence[str], order: Sequence[sa.ColumnElement[Any]]
+) -> sa.Executable:
+    # MERGE may not touch a target row twice: each key's last row only (ROW_NUMBER). HOLDLOCK
+    # keeps a concurrent insert of the same key from slipping between the match and the insert.
+    names = [c.name for c in source.selected_columns]
+    q = _preparer.quote
+    rank = sa.func.row_number().over(
+        partition_by=[source.selected_columns[k] for k in keys], order_by=[o.desc() for o in order]
+    )
+    ranked = source.add_columns(rank.label("pyharvest_rank")).subquery("ranked")
+    latest = sa.select(*(ranked.c[n] for n in names)).where(ranked.c.pyharvest_rank == 1)
+    on = " AND ".join(f"tgt.{q(k)} = src.{q(k)}" for k in keys)
+    others = [c for c in names if c not in keys]
+    update = f"WHEN MATCHED THEN UPDATE SET {', '.join(f'{q(c)} = src.{q(c)}' for c in others)} " if others else ""
+    sql = (
+        f"MERGE INTO {_preparer.format_table(target)} WITH (HOLDLOCK) AS tgt "
+        f"USING ({_literal_sql(latest)}) AS src ON {on} {update}"
+        f"WHEN NOT MATCHED BY TARGET THEN INSERT ({', '.join(q(c) for c in names)}) "
+        f"VALUES ({', '.join(f'src.{q(c)}' for c in names)});"  # MERGE must end with a semicolon
+    )
+    return sa.text(sql.replace(":", r"\:"))
+
+
+def _literal_sql(select: sa.Select[Any]) -> str:
+    return str(select.compile(dialect=_sa_dialect, compile_kwargs={"literal_binds": True}))

@@ -80,3 +80,16 @@ def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence
         f"ALTER TABLE {t} ADD COLUMN {column} SMALLINT AS ({SHARD_EXPRESSION.format(shards=int(shards))}) VIRTUAL, "
         f"ADD INDEX {_preparer.quote(index)} ({column}, id)"
     ]
+
+
+@hookimpl
+def pyharvest_upsert_from_select(
+    target: sa.Table, source: sa.Select[Any], keys: Sequence[str], order: Sequence[sa.ColumnElement[Any]]
+) -> sa.Executable:
+    # Rows apply in order, so a key's last row wins; the unique key is whichever the table has.
+    # The update reads the source's columns (``VALUES(c)`` is deprecated since MySQL 8.0.20,
+    # and the ``AS new`` row alias cannot follow a SELECT).
+    names = [c.name for c in source.selected_columns]
+    insert = mysql.insert(target).from_select(names, source.order_by(*order))
+    others = [c for c in names if c not in keys] or list(keys[:1])  # only keys: a no-op update
+    return insert.on_duplicate_key_update({c: source.selected_columns[c] for c in others})

@@ -17,7 +17,9 @@ case-insensitive (upper-case) names. ``schema_ddl`` has no ``IF NOT EXISTS`` bef
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.dialects import oracle
 
 from pyharvest.plugins.api import (
@@ -32,6 +34,7 @@ from pyharvest.plugins.api import (
 
 NAME = "oracle"
 _preparer = oracle.dialect().identifier_preparer  # type: ignore[no-untyped-call]  # SQLAlchemy's dialect __init__ is unannotated
+_sa_dialect = oracle.dialect()  # type: ignore[no-untyped-call]  # compiles the upsert's source
 
 
 @hookimpl
@@ -82,3 +85,27 @@ def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence
         f"CREATE INDEX {_preparer.quote(index)} ON {table.name.quoted(_preparer)} "
         f"(MOD(COALESCE(kafka_key_hash, 0), {int(shards)}), id)"
     ]
+
+
+@hookimpl
+def pyharvest_upsert_from_select(
+    target: sa.Table, source: sa.Select[Any], keys: Sequence[str], order: Sequence[sa.ColumnElement[Any]]
+) -> sa.Executable:
+    # MERGE may not touch a target row twice (ORA-30926): each key's last row only (ROW_NUMBER).
+    names = [c.name for c in source.selected_columns]
+    q = _preparer.quote
+    rank = sa.func.row_number().over(
+        partition_by=[source.selected_columns[k] for k in keys], order_by=[o.desc() for o in order]
+    )
+    ranked = source.add_columns(rank.label("pyharvest_rank")).subquery("ranked")
+    latest = sa.select(*(ranked.c[n] for n in names)).where(ranked.c.pyharvest_rank == 1)
+    on = " AND ".join(f"tgt.{q(k)} = src.{q(k)}" for k in keys)
+    others = [c for c in names if c not in keys]
+    update = f" WHEN MATCHED THEN UPDATE SET {', '.join(f'tgt.{q(c)} = src.{q(c)}' for c in others)}" if others else ""
+    compiled = latest.compile(dialect=_sa_dialect, compile_kwargs={"literal_binds": True})
+    sql = (
+        f"MERGE INTO {_preparer.format_table(target)} tgt USING ({compiled}) src ON ({on}){update} "
+        f"WHEN NOT MATCHED THEN INSERT ({', '.join(f'tgt.{q(c)}' for c in names)}) "
+        f"VALUES ({', '.join(f'src.{q(c)}' for c in names)})"
+    )
+    return sa.text(sql.replace(":", r"\:"))

@@ -12,8 +12,8 @@ sorts the table.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Any, overload
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
@@ -218,7 +218,7 @@ class CopyWriter:
         fmt = " (FORMAT BINARY)" if self.types else ""
         self.statement = f"COPY {name} ({', '.join(_preparer.quote(c) for c in columns)}) FROM STDIN{fmt}"
 
-    def __call__(self, connection: sa.Connection, rows: Sequence[Sequence[Any]]) -> bool:
+    def __call__(self, connection: sa.Connection, rows: Iterable[Sequence[Any]]) -> bool:
         driver = connection.connection.driver_connection
         if driver is None or driver.pgconn.pipeline_status:
             return False  # psycopg refuses COPY in pipeline mode
@@ -260,3 +260,99 @@ def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence
         f"CREATE INDEX IF NOT EXISTS {_preparer.quote(index)} ON {table.name.quoted(_preparer)} "
         f"((COALESCE(kafka_key_hash, 0) % {int(shards)}), id)"
     ]
+
+
+@hookimpl
+def pyharvest_insert_new_keys(
+    connection: sa.Connection, table: sa.Table, key_column: str, keys: Sequence[Any], values: Mapping[str, Any]
+) -> Collection[Any] | None:
+    # The keys go in with one COPY into a temporary table, then one INSERT … SELECT … ON
+    # CONFLICT DO NOTHING: no look-up round trip, no array of keys built in Python.
+    if connection.dialect.driver != "psycopg":
+        return None  # COPY through psycopg 3 only; the generic look-up and insert otherwise
+    key = table.c[key_column]
+    key_type = _binary_type(key.type)
+    if key_type is None or not key_type.isalnum():
+        return None  # arrays and unmapped types: the generic way
+    scratch = sa.Table(f"pyharvest_new_keys_{key_type}", sa.MetaData(), sa.Column("k", key.type))
+    name = _preparer.format_table(scratch)
+    # One round trip; the DELETE finds rows only after an earlier call in this transaction.
+    connection.exec_driver_sql(
+        f"CREATE TEMPORARY TABLE IF NOT EXISTS {name} (k {key_type}) ON COMMIT DELETE ROWS; DELETE FROM {name}"
+    )
+    if not CopyWriter(scratch, ["k"], exact_types=True)(connection, _OneColumn(keys)):
+        return None  # pipeline mode: no COPY
+    given = [sa.literal(v, table.c[c].type) for c, v in values.items()]
+    primary = {c.name for c in table.primary_key.columns}
+    scope = [table.c[c] == sa.literal(v, table.c[c].type) for c, v in values.items() if c in primary]
+    # Rows inserted now carry exactly ``values``; those there before differ in a column
+    # outside the key (the sink's time), so they can be found after the insert, and only when
+    # some key was not inserted. Without such a column they are found before it.
+    stamp = [table.c[c].is_distinct_from(sa.literal(v, table.c[c].type)) for c, v in values.items() if c not in primary]
+    present_rows = sa.select(scratch.c.k).join(table, sa.and_(table.c[key_column] == scratch.c.k, *scope))
+    present: set[Any] = set()
+    if not stamp:
+        present = set(connection.execute(present_rows).scalars())
+    insert = postgresql.insert(table).from_select([key_column, *values], sa.select(scratch.c.k, *given))
+    # preserve_rowcount: SQLAlchemy 2.0.28+ keeps an INSERT's row count only when asked.
+    inserted = connection.execute(insert.on_conflict_do_nothing().execution_options(preserve_rowcount=True)).rowcount
+    if stamp and inserted != len(keys):
+        present = set(connection.execute(present_rows.where(sa.or_(*stamp))).scalars())
+    return present
+
+
+class _OneColumn(Sequence[tuple[Any]]):
+    """``keys`` as one-column rows, made while COPY writes them (no list of tuples to build)."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Sequence[Any]) -> None:
+        self._values = values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __iter__(self) -> Iterator[tuple[Any]]:
+        return ((v,) for v in self._values)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[tuple[Any]]: ...
+    def __getitem__(self, index: int | slice) -> tuple[Any] | Sequence[tuple[Any]]:
+        if isinstance(index, slice):
+            return [(v,) for v in self._values[index]]
+        return (self._values[index],)
+
+
+def _distinct_on(select: sa.Select[Any], columns: Sequence[sa.ColumnElement[Any]]) -> sa.Select[Any]:
+    distinct_on = getattr(postgresql, "distinct_on", None)  # SQLAlchemy 2.1; 2.0 takes the columns in distinct()
+    return select.ext(distinct_on(*columns)) if distinct_on is not None else select.distinct(*columns)
+
+
+@hookimpl
+def pyharvest_upsert_from_select(
+    target: sa.Table, source: sa.Select[Any], keys: Sequence[str], order: Sequence[sa.ColumnElement[Any]]
+) -> sa.Executable:
+    # ON CONFLICT may not touch a row twice in one statement: keep each key's last row.
+    key_columns = [source.selected_columns[k] for k in keys]
+    latest = _distinct_on(source, key_columns).order_by(*key_columns, *(o.desc() for o in order))
+    names = [c.name for c in source.selected_columns]
+    insert = postgresql.insert(target).from_select(names, latest)
+    others = [c for c in names if c not in keys]
+    if not others:
+        return insert.on_conflict_do_nothing(index_elements=list(keys))
+    return insert.on_conflict_do_update(index_elements=list(keys), set_={c: insert.excluded[c] for c in others})
+
+
+@hookimpl
+def pyharvest_staging_table(table: sa.Table) -> sa.Table:
+    # Unlogged: no WAL for rows that live seconds. No index: the move sorts in memory faster
+    # than the index would be maintained while the tasks copy rows in.
+    columns = [sa.Column(c.name, c.type, nullable=c.nullable, primary_key=c.primary_key) for c in table.columns]
+    return sa.Table(table.name, sa.MetaData(), *columns, schema=table.schema, prefixes=["UNLOGGED"])
+
+
+@hookimpl
+def pyharvest_bulk_move_statements() -> Sequence[str]:
+    return ["SET LOCAL work_mem = '256MB'"]  # the move's sort stays in memory

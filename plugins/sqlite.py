@@ -90,3 +90,19 @@ def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence
         f"CREATE INDEX IF NOT EXISTS {_preparer.quote(index)} ON {table.name.quoted(_preparer)} "
         f"((COALESCE(kafka_key_hash, 0) % {int(shards)}), id)"
     ]
+
+
+@hookimpl
+def pyharvest_upsert_from_select(
+    target: sa.Table, source: sa.Select[Any], keys: Sequence[str], order: Sequence[sa.ColumnElement[Any]]
+) -> sa.Executable:
+    # Rows apply in order, so a key's last row wins. The SELECT needs a WHERE before the upsert
+    # clause, or SQLite would read ON CONFLICT as a join constraint.
+    if source.whereclause is None:
+        source = source.where(sa.true())
+    names = [c.name for c in source.selected_columns]
+    insert = sqlite.insert(target).from_select(names, source.order_by(*order))
+    others = [c for c in names if c not in keys]
+    if not others:
+        return insert.on_conflict_do_nothing(index_elements=list(keys))
+    return insert.on_conflict_do_update(index_elements=list(keys), set_={c: insert.excluded[c] for c in others})

@@ -26,10 +26,11 @@ from typing import Any
 import pyarrow as pa
 import sqlalchemy as sa
 
-from pyharvest.bindings.spark.database import Database, bulk_insert
+from pyharvest.bindings.spark.database import Database
+from pyharvest.bindings.sql.bulk_insert import BulkInsert
 from pyharvest.core.errors import ConfigError
 from pyharvest.core.identity import OUTBOX_HEADER, RECORD_ID_HEADER
-from pyharvest.plugins.api import TableName, UTCDateTime, parse_table_name
+from pyharvest.plugins.api import Dialect, UTCDateTime, parse_table_name
 
 __all__ = ["IDENTITY_COLUMN", "OUTBOX_HEADER", "RECORD_ID_HEADER", "ApplyFunction", "ExactlyOnceSink", "insert_rows"]
 
@@ -37,7 +38,6 @@ log = logging.getLogger("pyharvest.spark")
 
 IDENTITY_COLUMN = "_pyharvest_identity"
 IDENTITY_LENGTH = 255
-_LOOKUP_CHUNK = 1000
 PRUNE_INTERVAL_SECONDS = 600.0
 
 # apply(connection, batch): make the batch's changes through ``connection`` (inside the
@@ -45,10 +45,24 @@ PRUNE_INTERVAL_SECONDS = 600.0
 ApplyFunction = Callable[[sa.Connection, pa.Table], None]
 
 
+_inserts: dict[tuple[str, tuple[str, ...]], BulkInsert] = {}
+_MAX_INSERTS = 256
+
+
 def insert_rows(conn: sa.Connection, table: str, columns: list[str], rows: Iterable[tuple[Any, ...]]) -> int:
-    """Bulk-insert rows into ``table`` (``name`` or ``schema.name``) in ``conn``'s transaction:
-    ``COPY`` on PostgreSQL, multi-row inserts elsewhere. For use inside ``apply``."""
-    return bulk_insert(conn, parse_table_name(table).quoted(conn.dialect.identifier_preparer), columns, rows)
+    """Bulk-insert rows into ``table`` (``name`` or ``schema.name``) in ``conn``'s transaction,
+    through the dialect's bulk writer where it has one (PostgreSQL: ``COPY``, text format: the
+    table's types are not known here), else ``executemany`` (multi-row inserts on MySQL). For
+    use inside ``apply``."""
+    key = (table, tuple(columns))
+    insert = _inserts.get(key)
+    if insert is None:
+        name = parse_table_name(table)
+        described = sa.Table(name.name, sa.MetaData(), *(sa.Column(c) for c in columns), schema=name.schema)
+        if len(_inserts) >= _MAX_INSERTS:
+            _inserts.clear()
+        insert = _inserts[key] = BulkInsert(described, columns)
+    return insert(conn, rows)
 
 
 def _identity_sql() -> str:
@@ -115,6 +129,8 @@ class ExactlyOnceSink:
             sa.Column("applied_at", UTCDateTime, nullable=False),
             schema=table.schema,
         )
+        # The sink created the table from this definition: exact types (binary COPY).
+        self._remember_new = BulkInsert(self._seen, ["sink", "identity", "applied_at"], exact_types=True)
         self._db: Database | None = None
         self._next_prune = 0.0
         self.applied_batches = 0
@@ -128,6 +144,7 @@ class ExactlyOnceSink:
         if self._db is None:
             db = Database(self._url, self._binding)
             self._md.create_all(db.engine, checkfirst=True)
+            self._remember_new.dialect = db.plugin
             self._db = db
         return self._db
 
@@ -170,22 +187,16 @@ class ExactlyOnceSink:
             # First, so that a concurrent duplicate run of this batch fails on the key instead of applying twice.
             conn.execute(sa.insert(self._batches), {"query_id": query_id, "batch_id": batch_id, "applied_at": now})
             if self.dedupe:
-                batch = self._drop_seen(conn, batch, now)
+                batch = self._drop_seen(conn, db.plugin, batch, now)
             if batch.num_rows:
                 self.apply(conn, batch)
             self._prune(conn, query_id, batch_id, now)
         self.applied_batches += 1
 
-    def _drop_seen(self, conn: sa.Connection, batch: pa.Table, now: datetime) -> pa.Table:
+    def _drop_seen(self, conn: sa.Connection, dialect: Dialect, batch: pa.Table, now: datetime) -> pa.Table:
         identities: list[str] = batch.column(IDENTITY_COLUMN).to_pylist()
         unique = list(dict.fromkeys(identities))  # a repeat within the batch goes too
-        if conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg":
-            fresh = self._remember_pg(conn, unique, now)
-        else:
-            fresh = set(unique) - self._lookup(conn, set(unique))
-            if fresh:
-                bulk_insert(conn, _quoted(conn, self._seen), ["sink", "identity", "applied_at"],
-                            ((self.name, i, now.replace(tzinfo=None)) for i in unique if i in fresh))
+        fresh = set(unique) - self._remember(conn, dialect, unique, now) if unique else set()
         keep: list[bool] = []
         for ident in identities:
             if ident in fresh:
@@ -198,48 +209,26 @@ class ExactlyOnceSink:
         out = batch.drop_columns([IDENTITY_COLUMN])
         return out if kept == len(identities) else out.filter(pa.array(keep))
 
-    def _remember_pg(self, conn: sa.Connection, identities: list[str], now: datetime) -> set[str]:
-        """Insert the identities not remembered yet and return them: one COPY into a temporary
-        table and one INSERT … ON CONFLICT DO NOTHING RETURNING (no separate look-up)."""
-        conn.exec_driver_sql(
-            "CREATE TEMPORARY TABLE IF NOT EXISTS pyharvest_batch_ids (identity text) ON COMMIT DELETE ROWS"
-        )
-        bulk_insert(conn, "pyharvest_batch_ids", ["identity"], ((i,) for i in identities), ["text"])
-        seen = _quoted(conn, self._seen)
-        params = {"sink": self.name, "now": now}
-        inserted = conn.exec_driver_sql(
-            f"INSERT INTO {seen} (sink, identity, applied_at) "
-            "SELECT %(sink)s, identity, %(now)s FROM pyharvest_batch_ids ON CONFLICT DO NOTHING",
-            params,
-        ).rowcount
-        if inserted == len(identities):  # the common case: nothing seen before, nothing to fetch
-            return set(identities)
-        # Those remembered from an earlier batch carry an older time than this batch's.
-        old = conn.exec_driver_sql(
-            f"SELECT s.identity FROM {seen} s JOIN pyharvest_batch_ids b ON b.identity = s.identity "
-            "WHERE s.sink = %(sink)s AND s.applied_at <> %(now)s",
-            params,
-        )
-        return set(identities) - {r[0] for r in old}
+    def _remember(self, conn: sa.Connection, dialect: Dialect, identities: list[str], now: datetime) -> set[str]:
+        """Remember the identities not remembered yet; return those that were (to drop).
 
-    def _lookup(self, conn: sa.Connection, identities: set[str]) -> set[str]:
-        if not identities:
-            return set()
+        The dialect's way where it has one (PostgreSQL: one COPY into a temporary table and
+        one INSERT … ON CONFLICT DO NOTHING, no look-up), else look up, then insert the others."""
+        values = {"sink": self.name, "applied_at": now}
+        present = dialect.insert_new_keys(conn, self._seen, "identity", identities, values)
+        if present is not None:
+            return set(present)
+        found = self._lookup(conn, dialect, identities)
+        self._remember_new(conn, [(self.name, i, now) for i in identities if i not in found])
+        return found
+
+    def _lookup(self, conn: sa.Connection, dialect: Dialect, identities: list[str]) -> set[str]:
         t = self._seen
-        if conn.dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import ARRAY
-
-            stmt = sa.select(t.c.identity).where(
-                t.c.sink == self.name, t.c.identity == sa.any_(sa.bindparam("ids", type_=ARRAY(sa.String)))
-            )
-            return set(conn.execute(stmt, {"ids": list(identities)}).scalars())
-        stmt = sa.select(t.c.identity).where(
-            t.c.sink == self.name, t.c.identity.in_(sa.bindparam("ids", expanding=True))
-        )
+        stmt = sa.select(t.c.identity).where(t.c.sink == self.name, dialect.list_filter(t.c.identity, "ids"))
+        step = dialect.capabilities.list_limit or len(identities)
         found: set[str] = set()
-        items = list(identities)
-        for i in range(0, len(items), _LOOKUP_CHUNK):
-            found.update(conn.execute(stmt, {"ids": items[i : i + _LOOKUP_CHUNK]}).scalars())
+        for i in range(0, len(identities), step):
+            found.update(conn.execute(stmt, {"ids": identities[i : i + step]}).scalars())
         return found
 
     def _prune(self, conn: sa.Connection, query_id: str, batch_id: int, now: datetime) -> None:
@@ -250,8 +239,4 @@ class ExactlyOnceSink:
         if self.dedupe and time.monotonic() >= self._next_prune:
             conn.execute(sa.delete(s).where(s.c.sink == self.name, s.c.applied_at < now - self.dedupe_retention))
             self._next_prune = time.monotonic() + PRUNE_INTERVAL_SECONDS
-
-
-def _quoted(conn: sa.Connection, table: sa.Table) -> str:
-    return TableName(table.name, table.schema).quoted(conn.dialect.identifier_preparer)
 

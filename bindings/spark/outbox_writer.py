@@ -20,10 +20,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import count, repeat
+from itertools import count, islice, repeat
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -31,7 +31,7 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterComm
 from pyspark.sql.types import StructType
 
 from pyharvest.bindings.spark.arrow_rows import EventFunction, derive_events, outbox_payload
-from pyharvest.bindings.spark.database import Database, bulk_insert
+from pyharvest.bindings.spark.database import Database
 from pyharvest.bindings.spark.outbox_layout import CREATE_TIME, PAYLOAD_COLUMNS
 from pyharvest.bindings.spark.staging import (
     ATTEMPT,
@@ -40,9 +40,13 @@ from pyharvest.bindings.spark.staging import (
     create_outbox_staging,
     create_target_staging,
     drop_table,
+    first_seq,
+    outbox_staging_table,
     staging_name,
+    target_staging_table,
 )
 from pyharvest.bindings.spark.writer_options import WriterOptions, parse_writer_options
+from pyharvest.bindings.sql.bulk_insert import BulkInsert, Rows
 from pyharvest.bindings.sql.schema import check_table
 from pyharvest.core.errors import BindingError, ConfigError
 from pyharvest.plugins.api import NATIVE, TableName, UTCDateTime
@@ -52,7 +56,6 @@ __all__ = ["OutboxDataSource", "OutboxWriter", "StagedPartition", "WriteJobError
 log = logging.getLogger("pyharvest.spark")
 
 _STAGED_OUTBOX_COLUMNS = [PARTITION, ATTEMPT, SEQ, *PAYLOAD_COLUMNS]
-_STAGED_OUTBOX_PG_TYPES = ["int4", "int8", "int8", "text", "text", "bytea", "text"]
 
 
 class WriteJobError(BindingError):
@@ -117,6 +120,9 @@ class OutboxWriter(DataSourceArrowWriter):
             job_id = uuid.uuid4().hex
             outbox_staging = staging_name(options.outbox, job_id)
             target_staging = staging_name(options.target, job_id) if options.target is not None else None
+            if options.target is not None and target_staging is not None:
+                # Built, not run: a database without upserts fails here, before any task runs.
+                _target_move(db, target_staging, options.target, data_columns, options.key_columns, "1 = 1")
             create_outbox_staging(db, outbox_staging)
             if options.target is not None and target_staging is not None:
                 try:
@@ -146,8 +152,16 @@ class OutboxWriter(DataSourceArrowWriter):
         o = self.options
         db = Database.shared(o.url, o.binding)
         where = f"Spark partition {partition}"
-        outbox_sql = db.table(self.outbox_staging)
-        pg_types = _STAGED_OUTBOX_PG_TYPES if db.is_postgresql else None
+        # The outbox staging table was made from this definition: exact types (binary COPY).
+        # The target's copies the target's types, known here by column names only.
+        stage_outbox = BulkInsert(outbox_staging_table(self.outbox_staging), _STAGED_OUTBOX_COLUMNS,
+                                  exact_types=True, dialect=db.plugin)
+        stage_target = None
+        if self.target_staging is not None:
+            target_columns = [PARTITION, ATTEMPT, SEQ, *o.columns]
+            stage_target = BulkInsert(target_staging_table(self.target_staging, o.columns), target_columns,
+                                      dialect=db.plugin)
+        seq0 = first_seq(partition)
         n_out = n_target = 0
         with db.engine.begin() as conn:
             for batch in batches:
@@ -156,16 +170,13 @@ class OutboxWriter(DataSourceArrowWriter):
                 if o.record_columns is not None:
                     payload = outbox_payload(batch, o.record_columns, where)
                 else:
-                    assert self.target_staging is not None
+                    assert stage_target is not None
                     columns = [batch.column(c).to_pylist() for c in o.columns]
-                    rows = zip(repeat(partition), repeat(attempt), count(n_target), *columns)
-                    target_columns = [PARTITION, ATTEMPT, SEQ, *o.columns]
-                    n_target += bulk_insert(conn, db.table(self.target_staging), target_columns, rows)
+                    n_target += stage_target(conn, _staged_rows(partition, attempt, seq0 + n_target, columns))
                     if o.events is None:
                         continue
                     payload = derive_events(batch.to_pylist(), batch, o.events, where)
-                staged = zip(repeat(partition), repeat(attempt), count(n_out), *payload)
-                n_out += bulk_insert(conn, outbox_sql, _STAGED_OUTBOX_COLUMNS, staged, pg_types)
+                n_out += stage_outbox(conn, _staged_rows(partition, attempt, seq0 + n_out, payload))
         return StagedPartition(partition, attempt, n_out, n_target)
 
     # -- job end (driver) ------------------------------------------------------------------
@@ -176,15 +187,16 @@ class OutboxWriter(DataSourceArrowWriter):
         o = self.options
         db = Database(o.url, o.binding)
         try:
+            transactional_ddl = db.plugin.capabilities.transactional_ddl
             with db.engine.begin() as conn:
-                if db.is_postgresql:
-                    conn.exec_driver_sql("SET LOCAL work_mem = '256MB'")  # the move's sort stays in memory
+                for statement in db.plugin.bulk_move_statements():  # e.g. room for the move's sort
+                    conn.exec_driver_sql(statement)
                 if self.target_staging is not None and o.target is not None:
                     self._move_target(conn, db, staged)
                 moved = self._move_outbox(conn, db, staged)
-                if db.transactional_ddl:
+                if transactional_ddl:
                     self._drop_staging(conn, db)
-            if not db.transactional_ddl:
+            if not transactional_ddl:
                 self._drop_staging_after(db)
             log.info("pyharvest.outbox job %s committed %d record(s) from %d partition(s) in %.2fs",
                      self.job_id, moved, len(staged), time.monotonic() - started)
@@ -209,11 +221,8 @@ class OutboxWriter(DataSourceArrowWriter):
         src, dst = db.table(self.outbox_staging), db.table(self.options.outbox)
         winners = _winners_clause(db, staged)
         # Ids are assigned in this order, so they follow the DataFrame's order within a partition.
-        order = f"{db.q(PARTITION)}, {db.q(SEQ)}"
-        if db.is_postgresql:
-            order = f"(({db.q(PARTITION)})::bigint << 40) | {db.q(SEQ)}"  # one int8 key sorts ~1.5x faster than two
         sql = (f"INSERT INTO {dst} ({db.q(CREATE_TIME)}, {payload}) "
-               f"SELECT :now, {payload} FROM {src} WHERE {winners} ORDER BY {order}")
+               f"SELECT :now, {payload} FROM {src} WHERE {winners} ORDER BY {db.q(SEQ)}")
         stmt = sa.text(sql).bindparams(sa.bindparam("now", type_=UTCDateTime))
         moved = conn.execute(stmt, {"now": datetime.now(UTC)}).rowcount
         if moved != expected:
@@ -229,15 +238,14 @@ class OutboxWriter(DataSourceArrowWriter):
         expected = sum(m.target_rows for m in staged)
         if expected == 0:
             return
-        src, dst = db.table(self.target_staging), db.table(o.target)
         winners = _winners_clause(db, staged)
-        found = conn.exec_driver_sql(f"SELECT COUNT(*) FROM {src} WHERE {winners}").scalar()
+        found = conn.exec_driver_sql(f"SELECT COUNT(*) FROM {db.table(self.target_staging)} WHERE {winners}").scalar()
         if found != expected:
             raise WriteJobError(
                 f"job {self.job_id}: the tasks staged {expected} row(s) for {o.target} but {found} were found; "
                 "nothing was committed"
             )
-        conn.exec_driver_sql(_target_move_sql(db, src, dst, o.columns, o.key_columns, winners))
+        conn.execute(_target_move(db, self.target_staging, o.target, o.columns, o.key_columns, winners))
 
     def _drop_staging(self, conn: sa.Connection, db: Database) -> None:
         drop_table(conn, db, self.outbox_staging)
@@ -267,6 +275,17 @@ def _check_target(db: Database, target: TableName, columns: Sequence[str]) -> No
         )
 
 
+def _staged_rows(partition: int, attempt: int, first: int, columns: Sequence[Iterable[Any]]) -> Rows:
+    """A batch's staged rows (partition, attempt, seq, *columns), made while they are written:
+    a list of tuples would cost its allocation and the garbage collector's scans. Columns that
+    are not lists (a repeated topic, values made by a generator) become lists of references
+    first, so that the rows can be made again (a writer that declines leaves them to
+    executemany)."""
+    n = min(len(c) for c in columns if isinstance(c, list | tuple))  # the key column is always a list
+    cols = [c if isinstance(c, list | tuple) else list(islice(c, n)) for c in columns]
+    return Rows(n, lambda: zip(repeat(partition), repeat(attempt), count(first), *cols))
+
+
 def _winners(messages: Sequence[WriterCommitMessage | None]) -> list[StagedPartition]:
     staged: dict[int, StagedPartition] = {}
     for m in messages:
@@ -279,37 +298,27 @@ def _winners(messages: Sequence[WriterCommitMessage | None]) -> list[StagedParti
 
 
 def _winners_clause(db: Database, staged: Sequence[StagedPartition]) -> str:
-    pairs = ", ".join(f"({int(m.partition)}, {int(m.attempt)})" for m in staged)
-    return f"({db.q(PARTITION)}, {db.q(ATTEMPT)}) IN ({pairs})"
+    # OR of ANDs rather than a row-value IN, which SQL Server lacks; PostgreSQL turns the
+    # one into the other anyway.
+    p, a = db.q(PARTITION), db.q(ATTEMPT)
+    return "(" + " OR ".join(f"({p} = {int(m.partition)} AND {a} = {int(m.attempt)})" for m in staged) + ")"
 
 
-def _target_move_sql(
-    db: Database, src: str, dst: str, columns: Sequence[str], keys: Sequence[str], winners: str
-) -> str:
-    cols = ", ".join(db.q(c) for c in columns)
-    order = f"{db.q(PARTITION)}, {db.q(SEQ)}"
+def _target_move(
+    db: Database, staging: TableName, target: TableName, columns: Sequence[str], keys: Sequence[str], winners: str
+) -> sa.Executable:
+    """The statement moving the winning attempts' rows into the target, in order: an
+    ``INSERT … SELECT``, or with ``keys`` the dialect's upsert (a key's last row wins)."""
+    src = target_staging_table(staging, list(columns))
+    dst = sa.Table(target.name, sa.MetaData(), *(sa.Column(c) for c in columns), schema=target.schema)
+    source = sa.select(*(src.c[c] for c in columns)).where(sa.text(winners))
+    order = [src.c[SEQ]]
     if not keys:
-        return f"INSERT INTO {dst} ({cols}) SELECT {cols} FROM {src} WHERE {winners} ORDER BY {order}"
-    qkeys = ", ".join(db.q(k) for k in keys)
-    others = [c for c in columns if c not in keys]
-    if db.name == "postgresql":
-        # ON CONFLICT cannot touch a row twice in one statement: keep each key's last row.
-        select = (f"SELECT DISTINCT ON ({qkeys}) {cols} FROM {src} WHERE {winners} "
-                  f"ORDER BY {qkeys}, {db.q(PARTITION)} DESC, {db.q(SEQ)} DESC")
-        updates = ", ".join(f"{db.q(c)} = EXCLUDED.{db.q(c)}" for c in others)
-        action = f"DO UPDATE SET {updates}" if others else "DO NOTHING"
-        return f"INSERT INTO {dst} ({cols}) {select} ON CONFLICT ({qkeys}) {action}"
-    if db.name in ("mysql", "mariadb"):
-        # Rows apply in order, so a key's last row wins; the unique key is whichever the table has.
-        scols = ", ".join(f"s.{db.q(c)}" for c in columns)
-        update = ", ".join(f"{db.q(c)} = s.{db.q(c)}" for c in (others or keys[:1]))
-        return (f"INSERT INTO {dst} ({cols}) SELECT {scols} FROM {src} AS s WHERE {winners} ORDER BY {order} "
-                f"ON DUPLICATE KEY UPDATE {update}")
-    if db.name == "sqlite":
-        updates = ", ".join(f"{db.q(c)} = excluded.{db.q(c)}" for c in others)
-        action = f"DO UPDATE SET {updates}" if others else "DO NOTHING"
-        return (f"INSERT INTO {dst} ({cols}) SELECT {cols} FROM {src} WHERE {winners} ORDER BY {order} "
-                f"ON CONFLICT ({qkeys}) {action}")
-    raise ConfigError(
-        "target_key_columns", f"upserts are not implemented for {db.name}; omit target_key_columns to insert"
-    )
+        return sa.insert(dst).from_select(list(columns), source.order_by(*order))
+    upsert = db.plugin.upsert_from_select(dst, source, keys, order)
+    if upsert is None:
+        raise ConfigError(
+            "target_key_columns",
+            f"dialect {db.plugin.name!r} does not support upserts; omit target_key_columns to insert",
+        )
+    return upsert

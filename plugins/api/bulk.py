@@ -14,7 +14,7 @@ about a third of the CPU of an ``executemany`` and the server far less.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn, Protocol, runtime_checkable
 
 import sqlalchemy as sa
@@ -29,10 +29,11 @@ class BulkWriter(Protocol):
     #: round trip more, which only pays off for larger batches.
     min_rows: int
 
-    def __call__(self, connection: sa.Connection, rows: Sequence[Sequence[Any]]) -> bool:
+    def __call__(self, connection: sa.Connection, rows: Iterable[Sequence[Any]]) -> bool:
         """Insert ``rows`` (tuples in the order of the columns the writer was made for) in the
-        connection's current transaction; False, having written nothing, to leave them to
-        ``executemany`` (say, when the connection is in a mode the bulk protocol cannot use)."""
+        connection's current transaction; False, having written nothing and read no row, to
+        leave them to ``executemany`` (say, when the connection is in a mode the bulk protocol
+        cannot use). ``rows`` may be an iterator: read it once, while writing."""
         ...
 
 

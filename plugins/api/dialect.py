@@ -8,7 +8,7 @@ the generic behaviour.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -160,6 +160,42 @@ class Dialect:
                 f"((COALESCE(kafka_key_hash, 0) % {int(shards)}), id)"
             ]
         return list(ddl)
+
+    def insert_new_keys(
+        self,
+        connection: sa.Connection,
+        table: sa.Table,
+        key_column: str,
+        keys: Sequence[Any],
+        values: Mapping[str, Any],
+    ) -> Collection[Any] | None:
+        """Insert the rows of the ``keys`` ``table`` does not hold yet and return the keys that
+        were there already; None where the dialect has no way of its own (then look the keys up
+        with :meth:`list_filter` and bulk-insert the others)."""
+        present: Collection[Any] | None = self._hook.pyharvest_insert_new_keys(
+            connection=connection, table=table, key_column=key_column, keys=keys, values=values
+        )
+        return present
+
+    def upsert_from_select(
+        self, target: sa.Table, source: sa.Select[Any], keys: Sequence[str], order: Sequence[sa.ColumnElement[Any]]
+    ) -> sa.Executable | None:
+        """Insert ``source``'s rows into ``target``, updating those whose ``keys`` exist (the
+        last in ``order`` wins among rows sharing keys); None when the database has no upsert."""
+        statement: sa.Executable | None = self._hook.pyharvest_upsert_from_select(
+            target=target, source=source, keys=keys, order=order
+        )
+        return statement
+
+    def staging_table(self, table: sa.Table) -> sa.Table:
+        """The table to create for rows that live until a job commits: the dialect's variant
+        of ``table`` (e.g. unlogged), or ``table`` itself."""
+        staged: sa.Table | None = self._hook.pyharvest_staging_table(table=table)
+        return table if staged is None else staged
+
+    def bulk_move_statements(self) -> list[str]:
+        """Statements that tune one transaction copying many rows in order (may be none)."""
+        return list(self._hook.pyharvest_bulk_move_statements() or ())
 
     def layout_of(self, connection: sa.Connection, name: TableName) -> str:
         """The layout of the existing table ``name``: the dialect's only one, or recognised from

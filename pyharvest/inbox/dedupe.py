@@ -20,18 +20,19 @@ checkpoint are pruned.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import sqlalchemy as sa
+
+from pyharvest.bindings.sql.bulk_insert import BulkInsert, Rows
+from pyharvest.plugins.api import dialect_of
 
 __all__ = ["Dedupe", "Source"]
 
 Source = tuple[str, int]
-_CHUNK = 500  # identities per IN (...): well under every database's parameter limit
-
-
-def _is_psycopg(conn: sa.Connection) -> bool:
-    return conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg"
+_CHUNK = 1000  # identities per look-up where no pyharvest dialect serves the database
+_COLUMNS = ("group_id", "outbox", "record_id", "topic", "kafka_partition", "kafka_offset")
 
 
 class Dedupe:
@@ -39,12 +40,10 @@ class Dedupe:
         self.table = table
         self.group_id = group_id
         t = table.c
-        self._lookup = sa.select(t.record_id).where(
-            t.group_id == sa.bindparam("g"),
-            t.outbox == sa.bindparam("o"),
-            t.record_id.in_(sa.bindparam("ids", expanding=True)),
-        )
-        self._insert = sa.insert(table)
+        # SQLAlchemy dialect name → (look-up statement, identities per execution or None for all)
+        self._lookups: dict[str, tuple[sa.Select[Any], int | None]] = {}
+        # The inbox created the table from its definition: the types are exact (binary COPY).
+        self._insert = BulkInsert(table, _COLUMNS, exact_types=True)
         self._prune = sa.delete(table).where(
             t.group_id == sa.bindparam("g"),
             t.topic == sa.bindparam("t"),
@@ -52,54 +51,48 @@ class Dedupe:
             t.kafka_offset < sa.bindparam("below"),
         )
 
+    def _lookup(self, conn: sa.Connection) -> tuple[sa.Select[Any], int | None]:
+        """The dialect's look-up of record ids (PostgreSQL: one array parameter, any length)."""
+        found = self._lookups.get(conn.dialect.name)
+        if found is None:
+            t = self.table.c
+            dialect = dialect_of(conn)
+            ids: sa.ColumnElement[bool]
+            limit: int | None
+            if dialect is None:
+                ids, limit = t.record_id.in_(sa.bindparam("ids", expanding=True)), _CHUNK
+            else:
+                ids, limit = dialect.list_filter(t.record_id, "ids"), dialect.capabilities.list_limit
+            stmt = sa.select(t.record_id).where(t.group_id == sa.bindparam("g"), t.outbox == sa.bindparam("o"), ids)
+            found = self._lookups[conn.dialect.name] = (stmt, limit)
+        return found
+
     def applied(self, conn: sa.Connection, sources: Iterable[Source]) -> set[Source]:
         """Which of ``sources`` were applied already (by any transaction that committed)."""
         by_outbox: dict[str, list[int]] = defaultdict(list)
         for outbox, record_id in sources:
             by_outbox[outbox].append(record_id)
         found: set[Source] = set()
-        if _is_psycopg(conn):
-            # One round trip per outbox, the ids as one array parameter.
-            sql = (
-                f"SELECT record_id FROM {self._quoted(conn)} "  # noqa: S608 - a validated, quoted identifier
-                "WHERE group_id = %s AND outbox = %s AND record_id = ANY(%s::int8[])"
-            )
-            with conn.connection.driver_connection.cursor() as cur:  # type: ignore[union-attr]
-                for outbox, ids in by_outbox.items():
-                    cur.execute(sql, (self.group_id, outbox, ids))
-                    found.update((outbox, int(r[0])) for r in cur.fetchall())
-            return found
+        stmt, limit = self._lookup(conn)
         for outbox, ids in by_outbox.items():
-            for i in range(0, len(ids), _CHUNK):
-                rows = conn.execute(self._lookup, {"g": self.group_id, "o": outbox, "ids": ids[i : i + _CHUNK]})
+            step = limit or len(ids)
+            for i in range(0, len(ids), step):
+                rows = conn.execute(stmt, {"g": self.group_id, "o": outbox, "ids": ids[i : i + step]})
                 found.update((outbox, int(r[0])) for r in rows)
         return found
 
     def remember(self, conn: sa.Connection, rows: list[dict[str, object]]) -> None:
         """Insert applied identities: ``{"outbox", "record_id", "topic", "kafka_partition",
-        "kafka_offset"}`` each (one executemany)."""
+        "kafka_offset"}`` each (the dialect's bulk writer, e.g. ``COPY``, else one executemany)."""
         if not rows:
             return
         g = self.group_id
-        if _is_psycopg(conn):
-            # COPY in binary: several times faster than even multi-row INSERTs, and the dedupe
-            # rows are most of what the inbox itself writes.
-            sql = (
-                f"COPY {self._quoted(conn)} (group_id, outbox, record_id, topic, kafka_partition, kafka_offset) "
-                "FROM STDIN (FORMAT BINARY)"
-            )
-            with conn.connection.driver_connection.cursor() as cur, cur.copy(sql) as copy:  # type: ignore[union-attr]
-                copy.set_types(["text", "text", "int8", "text", "int4", "int8"])
-                write = copy.write_row
-                for r in rows:
-                    write((g, r["outbox"], r["record_id"], r["topic"], r["kafka_partition"], r["kafka_offset"]))
-            return
-        conn.execute(self._insert, [{"group_id": g, **r} for r in rows])
 
-    def _quoted(self, conn: sa.Connection) -> str:
-        p = conn.dialect.identifier_preparer
-        q = p.quote(self.table.name)
-        return f"{p.quote_schema(self.table.schema)}.{q}" if self.table.schema else q
+        def tuples() -> Iterator[tuple[object, ...]]:
+            for r in rows:
+                yield (g, r["outbox"], r["record_id"], r["topic"], r["kafka_partition"], r["kafka_offset"])
+
+        self._insert(conn, Rows(len(rows), tuples))  # made while written, not held in a list
 
     @staticmethod
     def row(source: Source, topic: str, partition: int, offset: int) -> dict[str, object]:
