@@ -195,3 +195,18 @@ def test_ignore_outbox_tables() -> None:
     assert not named("outbox", "table", {"schema_name": None})
     assert not named("legacy", "table", {"schema_name": None})  # the chained hook's answer
     assert named("orders", "table", {"schema_name": None})
+
+
+def test_the_code_of_docs_alembic_md_runs_as_written() -> None:
+    import re
+
+    page = (EXAMPLE.parent.parent / "alembic.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", page, re.DOTALL | re.MULTILINE)
+    own = [b for b in blocks if not b.lstrip().startswith("--8<--")]  # includes are the example's files, run above
+    assert own
+    for code in own:
+        exec(compile(code, "docs/alembic.md", "exec"), {})
+    included = re.findall(r'^--8<-- "examples/alembic/(.*)"$', page, re.MULTILINE)
+    assert sorted(included) == sorted(
+        str(p.relative_to(EXAMPLE)) for p in EXAMPLE.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    )

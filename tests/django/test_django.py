@@ -338,3 +338,35 @@ def test_reaper_command_reports_bad_configuration(alias, tmp_path) -> None:
     assert e.value.returncode == 2
     with override_settings(PYHARVEST=["not", "a", "mapping"]), pytest.raises(CommandError, match="PYHARVEST"):
         call_command("reaper", "--print-config")
+
+
+# ---------------------------------------------------------------------- docs/django.md
+
+
+def python_blocks(path) -> list[str]:
+    """The ```python blocks of a page that are not snippet includes (those are files the
+    tests run on their own)."""
+    import re
+
+    blocks = re.findall(r"^```python\n(.*?)^```", path.read_text(), re.DOTALL | re.MULTILINE)
+    return [b for b in blocks if not b.lstrip().startswith("--8<--")]
+
+
+def test_the_code_of_docs_django_md_runs_as_written(django_db: DjangoDatabase) -> None:
+    from django.db.migrations.state import ProjectState
+
+    from tests.django.conftest import EXAMPLE
+
+    migrate("pyharvest")
+    blocks = python_blocks(EXAMPLE.parent.parent / "django.md")
+    assert len(blocks) == 2
+    for code in blocks:
+        namespace: dict = {"__name__": "docs_django_md"}
+        exec(compile(code, "docs/django.md", "exec"), namespace)
+        migration_class = namespace.get("Migration")
+        if migration_class is not None:  # a migration: apply it as migrate would
+            with connection.schema_editor() as editor:
+                migration_class("0002_audit_outbox", "shop").apply(ProjectState(), editor)
+    assert namespace["written"] == 2
+    assert [k for _t, k, _v, _h in rows(django_db)] == ["42", "42", "42"]
+    assert rows(django_db, "audit_outbox") == []  # the second outbox, created by the documented migration
