@@ -15,9 +15,13 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from pyharvest.commands.exits import EXIT_OK, EXIT_USAGE, exception_exit
 from pyharvest.core.config import POISON_POLICIES, mask_data_source
+
+if TYPE_CHECKING:
+    from pyharvest.core.config import ReaperConfig
 
 log = logging.getLogger("pyharvest.reaper")
 
@@ -52,17 +56,27 @@ def setup_logging(level: int, as_json: bool = False) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from pyharvest.envconfig import load_reaper_config
+
+    # reaper.yaml, then PYHARVEST_<SECTION>__<KEY> overrides
+    return run_harvest(load_reaper_config(args.file), print_config=args.print_config)
+
+
+def run_harvest(cfg: ReaperConfig, *, print_config: bool = False) -> int:
+    """Run the harvester of ``cfg`` until SIGINT or SIGTERM, as ``reaper -f`` does: logging
+    set up from its ``logging:`` section, ``/metrics`` and probes from ``metrics:``, a graceful
+    stop on the first signal. ``print_config`` prints the effective configuration (secrets
+    masked) instead. Shared by ``reaper`` and Django's ``manage.py reaper``."""
     from pyharvest.bindings.ops import start_ops_server
     from pyharvest.bindings.ops.config import OpsConfig
-    from pyharvest.envconfig import env_overrides, load_reaper_config
+    from pyharvest.envconfig import env_overrides
     from pyharvest.harvest import Harvest, ShardedHarvest
 
-    cfg = load_reaper_config(args.file)  # reaper.yaml, then PYHARVEST_<SECTION>__<KEY> overrides
     harvest_cfg = cfg.harvest.resolve()
     # A 'metrics:' section (even empty) turns on /metrics, /healthz and /readyz.
     ops_cfg = OpsConfig.from_mapping(cfg.extra["metrics"]) if "metrics" in cfg.extra else None
     setup_logging(cfg.logging.numeric_level, cfg.logging.json)
-    if args.print_config:
+    if print_config:
         import yaml
 
         printed: dict[str, object] = {
@@ -140,6 +154,7 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
     return value
+
 
 Command = Callable[[argparse.Namespace], int]
 

@@ -1,0 +1,133 @@
+"""What pyharvest needs to know about a Django database: its dialect plugin, the outbox
+table's name, and a SQLAlchemy URL for the harvester.
+
+Django names a database by its backend's ``vendor`` (``postgresql``, ``mysql`` for MySQL and
+MariaDB, ``sqlite``, ``oracle``, ``microsoft`` for mssql-django); pyharvest's dialect registry
+maps SQLAlchemy backend names to dialect plugins (:func:`~pyharvest.plugins.api.dialect_for_backend`).
+The two vocabularies agree except where listed in :data:`VENDOR_BACKENDS`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import sqlalchemy as sa
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connections
+
+from pyharvest.core.errors import ConfigError
+from pyharvest.plugins.api import Dialect, TableName, dialect_for_backend, load_dialect, parse_table_name
+
+__all__ = [
+    "DEFAULT_OUTBOX_TABLE",
+    "VENDOR_BACKENDS",
+    "data_source",
+    "dialect_for_connection",
+    "outbox_table_name",
+]
+
+#: The outbox table when ``settings.PYHARVEST_OUTBOX_TABLE`` is not set.
+DEFAULT_OUTBOX_TABLE = "outbox"
+
+#: Django vendor names that differ from SQLAlchemy's backend names; any other vendor is
+#: looked up as it is (a third-party dialect plugin may serve it).
+VENDOR_BACKENDS: dict[str, str] = {"microsoft": "mssql"}
+
+# DB-API module names (Django's ``connection.Database``) that differ from SQLAlchemy's driver names.
+_DRIVERS = {"sqlite3": "pysqlite"}
+
+# OPTIONS keys Django consumes itself (not connection arguments of the driver), and the
+# session set-up the application's connections want but the harvester's do not.
+_NOT_CONNECT_ARGS = frozenset(
+    {"isolation_level", "server_side_binding", "pool", "assume_role", "transaction_mode", "init_command"}
+)
+
+_lock = threading.Lock()
+_dialects: dict[str, Dialect] = {}
+
+
+def outbox_table_name(table: str | TableName | None = None) -> TableName:
+    """``table``, or the ``PYHARVEST_OUTBOX_TABLE`` setting (default ``outbox``), validated."""
+    if table is None:
+        table = getattr(settings, "PYHARVEST_OUTBOX_TABLE", DEFAULT_OUTBOX_TABLE)
+    return parse_table_name(table)
+
+
+def dialect_for_connection(connection: Any) -> Dialect:
+    """The pyharvest dialect plugin serving a Django connection (``connections[alias]``, or a
+    migration's ``schema_editor.connection``); :class:`~pyharvest.BindingError` when no
+    installed plugin serves its vendor."""
+    vendor: str = connection.vendor
+    found = _dialects.get(vendor)
+    if found is None:
+        found = load_dialect(dialect_for_backend(VENDOR_BACKENDS.get(vendor, vendor)))
+        with _lock:
+            _dialects[vendor] = found
+    return found
+
+
+def _option_value(alias: str, key: str, value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    raise ConfigError(
+        "dataSource",
+        f"DATABASES[{alias!r}]['OPTIONS'][{key!r}] is a {type(value).__name__}, which a URL cannot carry; "
+        "set harvest.dataSource (in PYHARVEST or the -f file) to the harvester's SQLAlchemy URL",
+    )
+
+
+def data_source(using: str = DEFAULT_DB_ALIAS) -> str:
+    """The SQLAlchemy URL of Django's database ``using``, password included, for the
+    harvester's ``dataSource``.
+
+    Built from ``DATABASES[using]``: the backend from the connection's vendor, the driver from
+    the DB-API module Django itself loaded (``psycopg``, ``psycopg2``, ``MySQLdb`` or PyMySQL
+    installed as it, ``sqlite3``...), then ``NAME``, ``USER``, ``PASSWORD``, ``HOST``, ``PORT``.
+    Scalar ``OPTIONS`` become URL query parameters, i.e. driver connection arguments
+    (``sslmode``, ``options``, ``charset``...), except Django's own keys (``isolation_level``,
+    ``server_side_binding``, ``pool``, ``assume_role``, ``transaction_mode``) and
+    ``init_command``. Anything a URL cannot express (a dict option, a socket path in ``HOST``)
+    raises :class:`~pyharvest.ConfigError`: give ``harvest.dataSource`` instead.
+    """
+    if using not in connections.settings:
+        raise ConfigError("dataSource", f"no database {using!r} in DATABASES; expected one of {sorted(connections)}")
+    connection = connections[using]
+    db: Mapping[str, Any] = connection.settings_dict
+    backend = VENDOR_BACKENDS.get(connection.vendor, connection.vendor)
+    module = getattr(getattr(connection, "Database", None), "__name__", "").partition(".")[0]  # sqlite3.dbapi2
+    drivername = backend
+    if module:
+        candidate = f"{backend}+{_DRIVERS.get(module, module.lower())}"
+        try:
+            sa.make_url(f"{candidate}://").get_dialect()
+        except (sa.exc.NoSuchModuleError, sa.exc.ArgumentError):
+            pass  # SQLAlchemy has no such driver: its default for the backend
+        else:
+            drivername = candidate
+    host = str(db.get("HOST") or "") or None
+    if host is not None and host.startswith("/"):
+        raise ConfigError(
+            "dataSource",
+            f"DATABASES[{using!r}]['HOST'] is a socket path ({host!r}), which the URL's host cannot hold; "
+            "set harvest.dataSource to the harvester's SQLAlchemy URL",
+        )
+    port = db.get("PORT")
+    query = {
+        str(k): _option_value(using, str(k), v)
+        for k, v in (db.get("OPTIONS") or {}).items()
+        if k not in _NOT_CONNECT_ARGS and v is not None
+    }
+    url = sa.URL.create(
+        drivername,
+        username=str(db.get("USER") or "") or None,
+        password=str(db.get("PASSWORD") or "") or None,
+        host=host,
+        port=int(port) if port not in (None, "") else None,
+        database=str(db.get("NAME") or "") or None,
+        query=query,
+    )
+    return url.render_as_string(hide_password=False)
