@@ -16,7 +16,7 @@ from typing import Protocol
 
 from pyharvest.core.kafka import DeliveryError, KafkaClients, KafkaConfigMap, LeaderConsumer, Producer
 
-__all__ = ["Heartbeats", "LeaderStatus", "Leadership", "Neli"]
+__all__ = ["Heartbeats", "LeaderStatus", "Leadership", "Neli", "leader_client_configs"]
 
 log = logging.getLogger("pyharvest.neli")
 
@@ -25,6 +25,22 @@ class LeaderStatus(Enum):
     ACQUIRED = "acquired"
     REVOKED = "revoked"
     FENCED = "fenced"
+
+
+def leader_client_configs(
+    config: KafkaConfigMap, group_id: str, heartbeat_timeout: float
+) -> tuple[dict[str, object], dict[str, object]]:
+    """The leader group's consumer configuration, and its heartbeat producer's."""
+    hb_ms = max(1, int(heartbeat_timeout * 1000))
+    consumer = {
+        **config,
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        # The group must not expire a live member before the member fences itself.
+        "session.timeout.ms": hb_ms * 3,
+        "auto.offset.reset": "latest",
+    }
+    return consumer, {**config, "linger.ms": 0, "delivery.timeout.ms": hb_ms}
 
 
 class Heartbeats:
@@ -128,16 +144,7 @@ class Neli:
     def start(self) -> None:
         cfg = self._kafka_config
         self._clients.ensure_topic(cfg, self.leader_topic, partitions=1)
-        hb_ms = max(1, int(self._heartbeat_timeout * 1000))
-        consumer_cfg = {
-            **cfg,
-            "group.id": self.group_id,
-            "enable.auto.commit": False,
-            # The group must not expire a live member before the member fences itself.
-            "session.timeout.ms": hb_ms * 3,
-            "auto.offset.reset": "latest",
-        }
-        producer_cfg = {**cfg, "linger.ms": 0, "delivery.timeout.ms": hb_ms}
+        consumer_cfg, producer_cfg = leader_client_configs(cfg, self.group_id, self._heartbeat_timeout)
         self._consumer = self._clients.leader_consumer(consumer_cfg)
         try:
             self._producer = self._clients.producer(producer_cfg)

@@ -27,7 +27,7 @@ from typing import Protocol
 
 from pyharvest.core.errors import TopicError
 from pyharvest.core.kafka import KafkaClients, KafkaConfigMap, LeaderConsumer, Producer
-from pyharvest.core.neli import Heartbeats, LeaderStatus
+from pyharvest.core.neli import Heartbeats, LeaderStatus, leader_client_configs
 
 __all__ = ["ShardConsumer", "ShardGroup", "ShardLease"]
 
@@ -176,28 +176,23 @@ class ShardGroup:
                 )
                 + "; see 'Changing the number of shards' in the docs"
             )
-        hb_ms = max(1, int(self._heartbeat_timeout * 1000))
-        consumer_cfg = {
-            **cfg,
-            "group.id": self.group_id,
-            "enable.auto.commit": False,
-            "session.timeout.ms": hb_ms * 3,
-            "auto.offset.reset": "latest",
+        consumer_cfg, producer_cfg = leader_client_configs(cfg, self.group_id, self._heartbeat_timeout)
+        consumer_cfg.update({
             # Incremental: a member joining or leaving moves only the shards that change owner.
             "partition.assignment.strategy": "cooperative-sticky",
             # Also the rebalance timeout: how long a rebalance waits for a member that does not
             # rejoin. librdkafka's 5 minutes left shards unowned that long after members left
             # mid-rebalance (seen on the embedded broker); the group thread polls every
             # minPollInterval, and a revocation waits at most for the in-flight records.
-            "max.poll.interval.ms": max(hb_ms * 3, REBALANCE_TIMEOUT_MS),
-        }
+            "max.poll.interval.ms": max(int(consumer_cfg["session.timeout.ms"]), REBALANCE_TIMEOUT_MS),  # type: ignore[call-overload]
+        })
         consumer = self._clients.leader_consumer(consumer_cfg)
         if not hasattr(consumer, "poll_partitions"):
             consumer.close()
             raise TopicError("the Kafka client's leader consumer cannot say which partition a heartbeat came from")
         self._consumer = consumer  # type: ignore[assignment]  # checked just above
         try:
-            self._producer = self._clients.producer({**cfg, "linger.ms": 0, "delivery.timeout.ms": hb_ms})
+            self._producer = self._clients.producer(producer_cfg)
             consumer.subscribe(self.leader_topic, self._assigned, self._revoked)
         except BaseException:
             self.close()

@@ -1,13 +1,7 @@
 """Check what reached a topic against what was stashed in the outbox: nothing lost, nothing
 reordered, nothing unexpected.
 
-The harvester promises *at-least-once, in causal order per key*. Under that promise a
-record may be published more than once, but only as a *one-off duplicate*: a copy that
-immediately follows the original (R0 R1 R1 R2, or R0 R1 R1 R1 R2). A record that reappears
-after a later record of its key was seen (R0 R1 R2 R1, or the replay R0 R1 R2 R0 R1 R2) is
-a *reorder*, as is plain R0 R2 R1; MP/R's per-key in-flight barrier exists to make these
-impossible. A record that never arrives is *lost* (R0 R2 with R1 missing is a loss, not a
-reorder). See goharvest's FAQ, "Why throttle in-flight records by key?".
+What counts as a one-off duplicate, a reorder and a loss: :mod:`~pyharvest.verify.check`.
 
 :func:`verify` does the check in one pass over the messages (O(n) time, O(expected +
 keys) memory), so it is fine for millions of messages. :func:`verify_topic` reads a whole
