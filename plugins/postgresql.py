@@ -29,6 +29,7 @@ from pyharvest.plugins.api import (
     OutboxTable,
     ReturningMark,
     begin_if_needed,
+    expression_index_ddl,
     hookimpl,
     libpq_to_url,
     raise_as_sqlalchemy_error,
@@ -256,10 +257,7 @@ def pyharvest_bulk_writer(
 @hookimpl
 def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence[str]:
     # The expression is the default shard filter's, so the planner matches it to this index.
-    return [
-        f"CREATE INDEX IF NOT EXISTS {_preparer.quote(index)} ON {table.name.quoted(_preparer)} "
-        f"((COALESCE(kafka_key_hash, 0) % {int(shards)}), id)"
-    ]
+    return [expression_index_ddl(_preparer, table, shards, index, if_not_exists=True)]
 
 
 @hookimpl

@@ -23,6 +23,7 @@ from pyharvest.plugins.api import (
     MarkStrategy,
     OutboxTable,
     ReturningMark,
+    expression_index_ddl,
     hookimpl,
 )
 
@@ -86,10 +87,7 @@ def pyharvest_mark_strategy(table: OutboxTable) -> MarkStrategy:
 @hookimpl
 def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence[str]:
     # SQLAlchemy does not reflect expression indexes on SQLite: IF NOT EXISTS keeps init-db idempotent.
-    return [
-        f"CREATE INDEX IF NOT EXISTS {_preparer.quote(index)} ON {table.name.quoted(_preparer)} "
-        f"((COALESCE(kafka_key_hash, 0) % {int(shards)}), id)"
-    ]
+    return [expression_index_ddl(_preparer, table, shards, index, if_not_exists=True)]
 
 
 @hookimpl

@@ -37,7 +37,7 @@ from pyharvest.plugins.api.marking import (
     TransactionalMark,
     literal_limit,
 )
-from pyharvest.plugins.api.shards import SHARD_EXPRESSION, shard_column, shard_column_filter
+from pyharvest.plugins.api.shards import SHARD_EXPRESSION, expression_index_ddl, shard_column, shard_column_filter
 from pyharvest.plugins.api.table import (
     GOHARVEST,
     KEY_HASH_COLUMN,
@@ -85,6 +85,7 @@ __all__ = [
     "dialect_for_backend",
     "dialect_of",
     "encode_headers",
+    "expression_index_ddl",
     "hookimpl",
     "installed_dialects",
     "is_libpq_dsn",

@@ -154,11 +154,9 @@ class Dialect:
         """What the shard filter needs to read one shard through an index."""
         ddl = self._hook.pyharvest_shard_ddl(table=table, shards=shards, index=index)
         if ddl is None:
-            preparer = self.sqlalchemy_dialect().identifier_preparer
-            ddl = [
-                f"CREATE INDEX {preparer.quote(index)} ON {table.name.quoted(preparer)} "
-                f"((COALESCE(kafka_key_hash, 0) % {int(shards)}), id)"
-            ]
+            from pyharvest.plugins.api.shards import expression_index_ddl
+
+            ddl = [expression_index_ddl(self.sqlalchemy_dialect().identifier_preparer, table, shards, index)]
         return list(ddl)
 
     def insert_new_keys(
