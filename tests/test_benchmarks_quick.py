@@ -34,3 +34,21 @@ def test_every_scenario_runs_and_verifies(dialect, database_url, kafka_bootstrap
     for r in results:
         assert r["lost"] == 0 and r["reordered"] == 0, r
         assert r["records_per_second"] > 0, r
+
+
+def test_shard_drain_runs_and_verifies(dialect, database_url, kafka_bootstrap, tmp_path):
+    """The sharded drain at toy size, through the latency proxy too (PostgreSQL: the proxy
+    speaks TCP, and one live database is enough to prove the scenario's plumbing)."""
+    if dialect != "postgresql":
+        pytest.skip("the shard benchmark's quick run uses PostgreSQL")
+    out = tmp_path / "shards.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.shard_bench", "--quick", "--database", database_url,
+         "--bootstrap", kafka_bootstrap, "--scenarios", "drain", "--layouts", "1x1,2x4", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=280,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    runs = json.loads(out.read_text())["drain"]
+    assert [(r["processes"], r["shards"], r["added_rtt_ms"]) for r in runs] == [(1, 1, 0), (2, 4, 0), (1, 1, 1), (2, 4, 1)]
+    for r in runs:
+        assert r["lost"] == 0 and r["reordered"] == 0 and r["records_per_second"] > 0, r

@@ -57,7 +57,8 @@ def write_config(tmp_path, bootstrap: str, url: str, table: str) -> object:
             "limits": {"heartbeatTimeout": "2s", "minPollInterval": "50ms", "maxInFlightRecords": 500,
                        "shutdownTimeout": "3s"},
         },
-        "logging": {"level": "Info"},
+        # With PYHARVEST_CHAOS_DEBUG (librdkafka debug contexts, e.g. "cgrp"), log at Debug so they show.
+        "logging": {"level": "Debug" if os.environ.get("PYHARVEST_CHAOS_DEBUG") else "Info"},
     }))
     return path
 
@@ -79,6 +80,16 @@ def publish_times(bootstrap: str, topic: str, expect: int, timeout: float = 90.0
         return out
     finally:
         consumer.close()
+
+
+def embedded_broker() -> bool:
+    return os.environ.get("PYHARVEST_TEST_KAFKA", "embedded").strip() == "embedded"
+
+
+def settled(reapers: list[Reaper]) -> bool:
+    """Every shard led and every live process leading some: no rebalance is under way."""
+    owned = [shards_of(r) for r in reapers if r.proc.poll() is None]
+    return sorted(s for o in owned for s in o) == list(range(SHARDS)) and all(owned)
 
 
 def stop_all(reapers: list[Reaper]) -> None:
@@ -132,11 +143,6 @@ def test_a_killed_process_stalls_only_its_own_shards(dialect, database_url, tabl
         assert any(t > killed_at for t in times[shard]), f"shard {shard} never resumed after the kill"
 
 
-@pytest.mark.skipif(
-    not os.environ.get("PYHARVEST_SHARDED_CHAOS"),
-    reason="set PYHARVEST_SHARDED_CHAOS=1: on the embedded broker, replacing every member of the group "
-    "within seconds sometimes leaves shards unassigned for minutes (under investigation, issue 15)",
-)
 def test_random_kills_lose_and_reorder_nothing(dialect, database_url, table_name, topic_name, kafka_bootstrap, tmp_path):
     live_databases(dialect)
     seed = int(os.environ.get("PYHARVEST_SOAK_SEED", random.randrange(1 << 30)))
@@ -166,6 +172,14 @@ def test_random_kills_lose_and_reorder_nothing(dialect, database_url, table_name
                 continue
             victim = rnd.choice(victims)
             action = rnd.choice(("SIGKILL", "SIGTERM"))
+            if action == "SIGTERM" and embedded_broker():
+                # The embedded broker (Tansu 0.6) does not complete a rebalance whose group leader
+                # left with LeaveGroup while it was under way: every member is left without an
+                # assignment for minutes (tests/kafka_repro_leader_leave.py shows it without
+                # pyharvest; a SIGKILLed leader is replaced). Apache Kafka elects another leader,
+                # so there the stop stays at a random moment.
+                wait_for(lambda: settled(reapers), 60, "the group to settle before a graceful stop")
+                victim = rnd.choice([r for r in reapers if shards_of(r)])
             victim.signal(signal.SIGKILL if action == "SIGKILL" else signal.SIGTERM)
             code = victim.wait(30)
             assert action == "SIGKILL" or code == 0, victim.log()[-3000:]

@@ -1,0 +1,461 @@
+"""Sharded leadership benchmark: drain scaling over processes, and failover per shard.
+
+    python -m benchmarks.shard_bench                          # both scenarios, PostgreSQL + embedded broker
+    python -m benchmarks.shard_bench --scenarios drain --rounds 3 --records 200000
+    python -m benchmarks.shard_bench --scenarios failover --database mysql+pymysql://root@127.0.0.1:3306/test
+    python -m benchmarks.shard_bench --quick                  # toy sizes: correctness only
+
+``drain`` runs 1, 2 and 3 ``reaper`` processes (shards 1, 4 and 6) over the same backlog, with
+the database reached directly and then through the loopback fault proxy adding about 1 ms of
+round-trip latency. The configurations are interleaved round by round, so each round's speed-up
+compares runs minutes apart, not hours. The backlog is stashed in one transaction while the
+reapers already lead, so the timed part starts at its commit and ends when the outbox is empty.
+
+``failover`` runs three processes under a steady stream, then SIGKILLs (and, in a separate run,
+SIGTERMs) one that leads something, with shards 1 (the single-leader design) and shards 6. From
+each record's commit time and its Kafka timestamp it reports each shard's outage (the longest
+commit-to-publish delay), the share of keys that paused for over 1 s, and the duplicates.
+
+Every run verifies its output (nothing lost, per-key order); the reapers use the library's
+default limits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+import yaml
+
+from pyharvest import OutboxRecord, stasher
+from pyharvest.bindings.sql import create_outbox_table
+from pyharvest.core.shards import shard_of
+from pyharvest.verify import verify_topic
+
+DEFAULT_DATABASE = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+LAYOUTS = ((1, 1), (2, 4), (3, 6))  # (processes, shards)
+_SHARD_EVENT = re.compile(r"shard (\d+) (assigned|revoked)")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class DrainRun:
+    round: int
+    processes: int
+    shards: int
+    added_rtt_ms: float
+    records: int
+    seconds: float = 0.0
+    records_per_second: float = 0.0
+    lost: int = 0
+    reordered: int = 0
+    duplicates: int = 0
+
+
+@dataclass
+class FailoverRun:
+    shards: int
+    signal: str
+    records: int = 0
+    victim_shards: list[int] = field(default_factory=list)
+    outage_s_by_shard: dict[int, float] = field(default_factory=dict)
+    survivor_max_delay_s: float = 0.0
+    victim_max_delay_s: float = 0.0
+    keys_paused_share: float = 0.0
+    p99_before_ms: float = 0.0
+    lost: int = 0
+    reordered: int = 0
+    duplicates: int = 0
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+class Reaper:
+    """One ``reaper`` process and its log."""
+
+    def __init__(self, config: Path, log: Path) -> None:
+        self.log_path = log
+        self._log = open(log, "wb")  # noqa: SIM115 - closed in wait()
+        self.proc = subprocess.Popen([sys.executable, "-m", "pyharvest.cli", "-f", str(config)],
+                                     stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def owned(self, shards: int) -> set[int]:
+        """The shards this process leads now, from its log."""
+        if self.proc.poll() is not None:
+            return set()
+        text = self.log_path.read_text(errors="replace")
+        if shards == 1:
+            elected = text.count("elected leader") - text.count("lost leader status") - text.count("fenced:")
+            return {0} if elected > 0 else set()
+        owned: set[int] = set()
+        for shard, what in _SHARD_EVENT.findall(text):
+            (owned.add if what == "assigned" else owned.discard)(int(shard))
+        return owned
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._log.close()
+
+
+def start_reapers(workdir: Path, processes: int, shards: int, bootstrap: str, url: str, table: str,
+                  kafka: dict[str, Any] | None = None) -> list[Reaper]:
+    config = workdir / f"reaper-{uuid.uuid4().hex[:6]}.yaml"
+    harvest: dict[str, Any] = {"baseKafkaConfig": {"bootstrap.servers": bootstrap, **(kafka or {})},
+                               "leaderGroupID": f"shardbench-{uuid.uuid4().hex[:8]}",
+                               "dataSource": url, "outboxTable": table}
+    if shards > 1:
+        harvest["shards"] = shards
+    config.write_text(yaml.safe_dump({"harvest": harvest, "logging": {"level": "Info"}}))
+    return [Reaper(config, workdir / f"{config.stem}-{n}.log") for n in range(processes)]
+
+
+def wait_balanced(reapers: list[Reaper], shards: int, timeout: float = 120) -> None:
+    """Until every shard has a leader and the shards are spread as evenly as they can be,
+    held for a second (cooperative rebalancing settles in steps)."""
+    deadline, steady_since = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        owned = [r.owned(shards) for r in reapers]
+        counts = [len(o) for o in owned]
+        spread = min(len(reapers), shards)
+        ok = (sorted(s for o in owned for s in o) == list(range(shards))
+              and sum(1 for c in counts if c) == spread and max(counts) - min(c for c in counts if c) <= 1)
+        if ok:
+            steady_since = steady_since or time.monotonic()
+            if time.monotonic() - steady_since >= 1.0:
+                return
+        else:
+            steady_since = None
+        time.sleep(0.1)
+    raise RuntimeError(f"shards not balanced within {timeout}s: {[sorted(r.owned(shards)) for r in reapers]}")
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 10) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions)])[topic].result(15)
+
+
+def through_proxy(url: str, proxy: Any) -> str:
+    host, port = proxy.address
+    return sa.make_url(url).set(host=host, port=port).render_as_string(hide_password=False)
+
+
+def drop(url: str, table: str) -> None:
+    engine = sa.create_engine(url)
+    with engine.begin() as c:
+        c.execute(sa.text(f"DROP TABLE {table}"))
+    engine.dispose()
+
+
+# ----------------------------------------------------------------------------- drain
+
+
+def backlog(n: int, keys: int) -> list[tuple[str, bytes]]:
+    return [(f"key-{i % keys}", f"{i:011d}|".encode() + b"x" * 88) for i in range(n)]
+
+
+def run_drain(args: argparse.Namespace, bootstrap: str, workdir: Path, rnd: int, processes: int, shards: int,
+              rtt_ms: float) -> DrainRun:
+    from tests.faults.proxy import FaultProxy
+
+    run = DrainRun(rnd, processes, shards, rtt_ms, args.records)
+    table, topic = f"sbench_{uuid.uuid4().hex[:8]}", f"sbench-{uuid.uuid4().hex[:8]}"
+    create_outbox_table(args.database, table, shards=shards)
+    create_topic(bootstrap, topic)
+    records = backlog(args.records, args.keys)
+    db = sa.make_url(args.database)
+    proxy = FaultProxy(upstream=(db.host or "127.0.0.1", db.port or 5432)) if rtt_ms else None
+    reapers: list[Reaper] = []
+    engine = sa.create_engine(args.database)
+    try:
+        url = args.database
+        if proxy is not None:
+            proxy.start()
+            proxy.set_latency(rtt_ms / 2000)  # each way
+            url = through_proxy(args.database, proxy)
+        reapers = start_reapers(workdir, processes, shards, bootstrap, url, table, args.kafka_config)
+        wait_balanced(reapers, shards)
+        with engine.connect() as conn:
+            with conn.begin():  # one commit: the whole backlog appears at once
+                stash = stasher.Stasher(table).prepare(conn)
+                for i in range(0, len(records), 5000):
+                    stash.stash_many([OutboxRecord(topic, k, v) for k, v in records[i:i + 5000]])
+            started = time.monotonic()
+            probe = sa.text(f"SELECT id FROM {table} ORDER BY id LIMIT 1")
+            while conn.execute(probe).first() is not None:
+                conn.rollback()
+                time.sleep(0.05)
+            run.seconds = time.monotonic() - started
+    finally:
+        for r in reapers:
+            r.stop()
+        if proxy is not None:
+            proxy.stop()
+        engine.dispose()
+    run.records_per_second = run.records / run.seconds
+    report = verify_topic(bootstrap, topic, records, timeout=max(60, len(records) / 5000), idle=2.0)
+    run.lost, run.reordered, run.duplicates = report.lost_count, report.reorder_count, report.duplicate_count
+    drop(args.database, table)
+    return run
+
+
+def drain(args: argparse.Namespace, bootstrap: str, workdir: Path) -> list[DrainRun]:
+    rtts = [0.0] + ([args.latency_ms] if args.latency_ms and not args.database.startswith("sqlite") else [])
+    runs: list[DrainRun] = []
+    for rnd in range(1, args.rounds + 1):
+        for rtt in rtts:
+            for processes, shards in args.layouts:
+                print(f"drain round {rnd}: {processes} process(es), {shards} shard(s), +{rtt:g} ms",
+                      file=sys.stderr, flush=True)
+                runs.append(run_drain(args, bootstrap, workdir, rnd, processes, shards, rtt))
+                print(f"  {runs[-1].records_per_second:,.0f} records/s", file=sys.stderr, flush=True)
+    return runs
+
+
+# ----------------------------------------------------------------------------- failover
+
+
+class SteadyWriter(threading.Thread):
+    """Stashes ``rate`` records/s over ``keys`` keys, committing every 20 ms, and keeps each
+    record's commit time (the value is its sequence number)."""
+
+    def __init__(self, url: str, table: str, topic: str, rate: int, keys: int) -> None:
+        super().__init__(daemon=True)
+        self.url, self.table, self.topic, self.rate, self.keys = url, table, topic, rate, keys
+        self.records: list[tuple[str, bytes]] = []
+        self.committed_at: list[float] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        engine = sa.create_engine(self.url)
+        per_tick, seq, tick = max(1, self.rate // 50), 0, time.monotonic()
+        with engine.connect() as conn:
+            while not self.stopping.is_set():
+                batch = [(f"key-{(seq + i) % self.keys}", str(seq + i).encode()) for i in range(per_tick)]
+                with conn.begin():
+                    stasher.Stasher(self.table).prepare(conn).stash_many(
+                        [OutboxRecord(self.topic, k, v) for k, v in batch])
+                now = time.time()
+                self.records += batch
+                self.committed_at += [now] * len(batch)
+                seq += per_tick
+                tick += 0.02
+                time.sleep(max(0.0, tick - time.monotonic()))
+        engine.dispose()
+
+
+def published(bootstrap: str, topic: str, expect: int, timeout: float = 120) -> list[tuple[str, int, float]]:
+    """(key, sequence number, Kafka timestamp in s) of every message of ``topic``."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"sbench-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False})
+    out: list[tuple[str, int, float]] = []
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        deadline, last = time.monotonic() + timeout, time.monotonic()
+        # Count what was read: the embedded broker's high watermark lags.
+        while time.monotonic() < deadline and (len(out) < expect or time.monotonic() - last < 2):
+            for m in consumer.consume(1000, 0.2):
+                if m.error() is None:
+                    out.append((m.key().decode(), int(m.value()), m.timestamp()[1] / 1000.0))
+                    last = time.monotonic()
+    finally:
+        consumer.close()
+    return out
+
+
+def run_failover(args: argparse.Namespace, bootstrap: str, workdir: Path, shards: int, sig: str) -> FailoverRun:
+    run = FailoverRun(shards, sig)
+    table, topic = f"sbench_{uuid.uuid4().hex[:8]}", f"sbench-{uuid.uuid4().hex[:8]}"
+    create_outbox_table(args.database, table, shards=shards)
+    create_topic(bootstrap, topic)
+    reapers = start_reapers(workdir, 3, shards, bootstrap, args.database, table, args.kafka_config)
+    writer = SteadyWriter(args.database, table, topic, args.rate, args.keys)
+    engine = sa.create_engine(args.database)
+    try:
+        wait_balanced(reapers, shards)
+        writer.start()
+        time.sleep(args.warmup)
+        victim = next(r for r in reapers if r.owned(shards))
+        run.victim_shards = sorted(victim.owned(shards))
+        killed_at = time.time()
+        victim.stop(signal.SIGKILL if sig == "SIGKILL" else signal.SIGTERM)
+        time.sleep(args.after)
+        writer.stopping.set()
+        writer.join()
+        deadline = time.monotonic() + 120
+        with engine.connect() as conn:
+            while conn.execute(sa.text(f"SELECT id FROM {table} LIMIT 1")).first() is not None:
+                conn.rollback()
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the outbox did not drain after the failover")
+                time.sleep(0.2)
+    finally:
+        writer.stopping.set()
+        for r in reapers:
+            r.stop()
+        engine.dispose()
+    run.records = len(writer.records)
+    report = verify_topic(bootstrap, topic, writer.records, timeout=90, idle=2.0)
+    run.lost, run.reordered, run.duplicates = report.lost_count, report.reorder_count, report.duplicate_count
+    measure_outage(run, writer, published(bootstrap, topic, len(writer.records)), killed_at, args.after)
+    drop(args.database, table)
+    return run
+
+
+def measure_outage(run: FailoverRun, writer: SteadyWriter, messages: list[tuple[str, int, float]],
+                   killed_at: float, after: float) -> None:
+    """Each record's delay is its first publish minus its commit; a shard's outage is the longest
+    delay of the records committed from 1 s before the kill to the end of the stream."""
+    first: dict[int, float] = {}
+    for _key, seq, at in messages:
+        first[seq] = min(at, first.get(seq, at))
+    groups = max(run.shards, 1)
+    by_shard: dict[int, float] = defaultdict(float)
+    by_key: dict[str, float] = defaultdict(float)
+    before: list[float] = []
+    for seq, (key, _value) in enumerate(writer.records):
+        committed = writer.committed_at[seq]
+        delay = max(0.0, first.get(seq, committed) - committed)
+        if committed < killed_at - 1:
+            before.append(delay)
+        elif committed <= killed_at + after:
+            shard = shard_of(key, groups)
+            by_shard[shard] = max(by_shard[shard], delay)
+            by_key[key] = max(by_key[key], delay)
+    run.outage_s_by_shard = {s: round(d, 2) for s, d in sorted(by_shard.items())}
+    victims = set(run.victim_shards)
+    run.victim_max_delay_s = round(max((d for s, d in by_shard.items() if s in victims), default=0.0), 2)
+    run.survivor_max_delay_s = round(max((d for s, d in by_shard.items() if s not in victims), default=0.0), 2)
+    run.keys_paused_share = round(sum(1 for d in by_key.values() if d > 1.0) / max(1, len(by_key)), 3)
+    if before:
+        run.p99_before_ms = round(1000 * statistics.quantiles(before, n=100)[98], 1) if len(before) > 1 else 0.0
+
+
+def failover(args: argparse.Namespace, bootstrap: str, workdir: Path) -> list[FailoverRun]:
+    runs = []
+    for sig in args.signals.split(","):
+        for shards in map(int, args.shards.split(",")):
+            print(f"failover: {sig}, shards {shards}", file=sys.stderr, flush=True)
+            runs.append(run_failover(args, bootstrap, workdir, shards, sig))
+    return runs
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def print_drain(runs: list[DrainRun]) -> None:
+    print("\ndrain: records/s (speed-up over 1 process in the same round)")
+    print(f"{'round':>5} {'+RTT ms':>7} {'1 proc, 1 shard':>18} {'2 procs, 4 shards':>20} "
+          f"{'3 procs, 6 shards':>20}  lost/reord/dup")
+    rows: dict[tuple[int, float], dict[int, DrainRun]] = defaultdict(dict)
+    for r in runs:
+        rows[(r.round, r.added_rtt_ms)][r.processes] = r
+    for (rnd, rtt), by in sorted(rows.items()):
+        one = by.get(1)
+        cells = []
+        for p in (1, 2, 3):
+            r = by.get(p)  # one layout per process count
+            ratio = f" ({r.records_per_second / one.records_per_second:.2f}x)" if r and one and p > 1 else ""
+            cells.append(f"{r.records_per_second:,.0f}{ratio}" if r else "-")
+        bad = "/".join(str(sum(getattr(r, a) for r in by.values())) for a in ("lost", "reordered", "duplicates"))
+        print(f"{rnd:>5} {rtt:>7g} {cells[0]:>18} {cells[1]:>20} {cells[2]:>20}  {bad}")
+
+
+def print_failover(runs: list[FailoverRun]) -> None:
+    print("\nfailover: one of three processes stopped under a steady stream")
+    print(f"{'signal':>7} {'shards':>6} {'victim shards':>13} {'victim outage s':>15} {'survivors max s':>15} "
+          f"{'keys paused':>11} {'p99 before ms':>13}  lost/reord/dup  outage by shard")
+    for r in runs:
+        print(f"{r.signal:>7} {r.shards:>6} {','.join(map(str, r.victim_shards)):>13} {r.victim_max_delay_s:>15} "
+              f"{r.survivor_max_delay_s:>15} {r.keys_paused_share:>11.0%} {r.p99_before_ms:>13}  "
+              f"{r.lost}/{r.reordered}/{r.duplicates}  {r.outage_s_by_shard}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--database", default=DEFAULT_DATABASE)
+    p.add_argument("--bootstrap", default="", help="a broker to use instead of the embedded one")
+    p.add_argument("--scenarios", default="drain,failover")
+    p.add_argument("--records", type=int, default=200_000, help="drain backlog")
+    p.add_argument("--keys", type=int, default=1_000)
+    p.add_argument("--rounds", type=int, default=1, help="drain rounds, interleaved")
+    p.add_argument("--latency-ms", type=float, default=1.0, help="added database round trip (0: none)")
+    p.add_argument("--rate", type=int, default=2_000, help="failover stream, records/s")
+    p.add_argument("--warmup", type=float, default=5.0)
+    p.add_argument("--after", type=float, default=30.0, help="seconds of stream after the stop")
+    p.add_argument("--kafka-config", type=json.loads, default={}, help="JSON properties added to baseKafkaConfig")
+    p.add_argument("--layouts", type=_layouts, default=LAYOUTS, help="drain runs as PROCESSESxSHARDS, e.g. 1x1,2x4,3x6")
+    p.add_argument("--signals", default="SIGKILL,SIGTERM", help="failover runs")
+    p.add_argument("--shards", default="1,6", help="failover runs")
+    p.add_argument("--quick", action="store_true", help="toy sizes, for correctness")
+    p.add_argument("--json", default="benchmarks/results/shards.json")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.records, args.rate, args.warmup, args.after = 3_000, 300, 2.0, 8.0
+    from pyharvest.bindings.kafka.embedded import EmbeddedBroker
+
+    results: dict[str, list[Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="shardbench-") as tmp, \
+            (EmbeddedBroker() if not args.bootstrap else _Null()) as broker:
+        bootstrap = args.bootstrap or broker.bootstrap_servers  # type: ignore[union-attr]
+        workdir = Path(tmp)
+        if "drain" in args.scenarios:
+            results["drain"] = drain(args, bootstrap, workdir)
+        if "failover" in args.scenarios:
+            results["failover"] = failover(args, bootstrap, workdir)
+    if "drain" in results:
+        print_drain(results["drain"])
+    if "failover" in results:
+        print_failover(results["failover"])
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({k: [asdict(r) for r in v] for k, v in results.items()}, indent=2))
+    print(f"\nwrote {out}", file=sys.stderr)
+    runs = [r for v in results.values() for r in v]
+    return 0 if all(r.lost == 0 and r.reordered == 0 for r in runs) else 1
+
+
+def _layouts(text: str) -> tuple[tuple[int, int], ...]:
+    try:
+        return tuple((int(p), int(s)) for p, s in (one.split("x") for one in text.split(",")))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected PROCESSESxSHARDS[,...], e.g. 1x1,2x4; got {text!r}") from None
+
+
+class _Null:
+    bootstrap_servers = ""
+
+    def __enter__(self) -> _Null:
+        return self
+
+    def __exit__(self, *a: object) -> None:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

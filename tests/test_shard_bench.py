@@ -1,0 +1,27 @@
+"""The failover benchmark's arithmetic: a shard's outage is its records' longest wait."""
+
+from __future__ import annotations
+
+from benchmarks.shard_bench import FailoverRun, SteadyWriter, measure_outage
+from pyharvest.core.shards import shard_of
+
+
+def test_outage_is_the_longest_commit_to_publish_delay_per_shard():
+    keys = [f"key-{i}" for i in range(40)]
+    victim = shard_of(keys[0], 6)
+    writer = SteadyWriter.__new__(SteadyWriter)
+    writer.records = [(k, str(i).encode()) for i, k in enumerate(keys * 3)]
+    writer.committed_at = [100.0 + i * 0.01 for i in range(len(writer.records))]
+    killed_at = 100.5
+    published = []
+    for seq, (key, _value) in enumerate(writer.records):
+        wait = 12.0 if shard_of(key, 6) == victim and writer.committed_at[seq] >= killed_at - 1 else 0.02
+        published.append((key, seq, writer.committed_at[seq] + wait))
+    published.append((*published[0][:2], published[0][2] + 50))  # a duplicate counts at its first publish
+    run = FailoverRun(6, "SIGKILL", victim_shards=[victim])
+    measure_outage(run, writer, published, killed_at, after=30)
+    assert run.victim_max_delay_s == 12.0
+    assert run.survivor_max_delay_s == 0.02
+    assert run.outage_s_by_shard[victim] == 12.0
+    paused = {k for k in keys if shard_of(k, 6) == victim}
+    assert run.keys_paused_share == round(len(paused) / len(keys), 3)
