@@ -67,7 +67,7 @@ def read_whole_number(value: object, where: str) -> int:
 
 
 def read_duration(value: object, where: str) -> float:
-    """Seconds, from a Go duration (``500ms``, ``1m30s``) or a number of seconds."""
+    """Seconds, from a Go duration (``500ms``, ``1m30s``); a bare number other than 0 is refused."""
     try:
         return parse_duration(value, where)
     except ValueError as e:
@@ -104,7 +104,7 @@ def section_from_mapping(cls: type[_C], data: object, prefix: str, readers: Mapp
 
 def limits_from_mapping(cls: type[_C], data: object, prefix: str, ints: Collection[str]) -> _C:
     """Build a limits dataclass from camelCase keys: whole numbers for the fields in ``ints``,
-    Go-style durations (or seconds) for the rest; no section at all leaves every limit unset."""
+    Go-style durations for the rest; no section at all leaves every limit unset."""
     if data is not None and not isinstance(data, Mapping):
         raise ConfigError(prefix, f"expected a mapping, got {data!r}")
     readers = {f.name: read_whole_number if f.name in ints else read_duration for f in fields(cls)}

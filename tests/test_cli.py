@@ -116,3 +116,42 @@ def test_init_db_is_idempotent(tmp_path):
     assert reaper("init-db", "--data-source", url).returncode == 0
     second = reaper("init-db", "--data-source", url)
     assert second.returncode == 0, second.stderr
+
+
+def test_a_duration_without_a_unit_names_the_key_and_the_units(tmp_path):
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text("harvest:\n  limits:\n    heartbeatTimeout: 5000\n")
+    result = reaper("-f", str(cfg))
+    assert result.returncode == 2
+    assert_one_line_error(result, "harvest.limits.heartbeatTimeout", "5000 has no unit", "'5000ms'", "'5000s'")
+
+
+def test_a_kafka_property_librdkafka_refuses_names_its_yaml_key(tmp_path):
+    db = tmp_path / "outbox.db"
+    assert reaper("init-db", "--data-source", f"sqlite:///{db}").returncode == 0
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text(
+        "harvest:\n"
+        f"  dataSource: sqlite:///{db}\n"
+        "  baseKafkaConfig:\n    bootstrap.servers: 127.0.0.1:9\n"
+        "  producerKafkaConfig:\n    delivery.timeout.ms: -5\n"
+    )
+    result = reaper("-f", str(cfg))
+    assert result.returncode == 2
+    assert_one_line_error(result, "harvest.producerKafkaConfig[delivery.timeout.ms]", "allowed range")
+
+
+@pytest.mark.kafka
+def test_a_derived_kafka_property_names_the_limit_it_comes_from(tmp_path, kafka_bootstrap):
+    db = tmp_path / "outbox.db"
+    assert reaper("init-db", "--data-source", f"sqlite:///{db}").returncode == 0
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text(
+        "harvest:\n"
+        f"  dataSource: sqlite:///{db}\n"
+        f"  baseKafkaConfig:\n    bootstrap.servers: {kafka_bootstrap}\n"
+        "  limits:\n    heartbeatTimeout: 5000s\n"
+    )
+    result = reaper("-f", str(cfg))
+    assert result.returncode == 2
+    assert_one_line_error(result, "harvest.limits.heartbeatTimeout", "session.timeout.ms", "allowed range")
