@@ -235,12 +235,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    from pyharvest.bindings.kafka.logs import flush_librdkafka_logs
+
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
         return EXIT_OK
     except Exception as e:  # noqa: BLE001 - one line for the operator; the traceback at debug level
+        flush_librdkafka_logs()
         return exception_exit(e)
+    finally:
+        flush_librdkafka_logs()
 
 
 if __name__ == "__main__":

@@ -155,3 +155,64 @@ def test_a_derived_kafka_property_names_the_limit_it_comes_from(tmp_path, kafka_
     result = reaper("-f", str(cfg))
     assert result.returncode == 2
     assert_one_line_error(result, "harvest.limits.heartbeatTimeout", "session.timeout.ms", "allowed range")
+
+
+def librdkafka_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "pyharvest.librdkafka" in line]
+
+
+def write_inbox_yaml(tmp_path, bootstrap: str, extra: str = "") -> str:
+    cfg = tmp_path / "inbox.yaml"
+    cfg.write_text(
+        "inbox:\n"
+        f"  baseKafkaConfig:\n    bootstrap.servers: {bootstrap}\n{extra}"
+        "  groupID: billing\n"
+        "  topics: [payments]\n"
+        f"  dataSource: sqlite:///{tmp_path / 'inbox.db'}\n"
+    )
+    (tmp_path / "shop.py").write_text("def apply(tx, message):\n    pass\n")
+    return str(cfg)
+
+
+def test_inbox_with_an_unreachable_broker_fails_fast_in_one_line(tmp_path):
+    from pyharvest.bindings.kafka.embedded import free_port
+
+    cfg = write_inbox_yaml(tmp_path, f"127.0.0.1:{free_port()}")
+    result = subprocess.run(
+        [sys.executable, "-m", "pyharvest.cli", "inbox", "-f", cfg, "--handler", "shop:apply"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    assert_one_line_error(result, "cannot reach Kafka", "within 10s")
+    # librdkafka retried the connection hundreds of times: one line, then one count.
+    logged = librdkafka_lines(result.stderr)
+    assert 1 <= len(logged) <= 2, result.stderr
+    assert "Connection refused" in logged[0]
+
+
+def test_reaper_collapses_librdkafka_repeats(tmp_path):
+    from pyharvest.bindings.kafka.embedded import free_port
+
+    db = tmp_path / "outbox.db"
+    assert reaper("init-db", "--data-source", f"sqlite:///{db}").returncode == 0
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text(
+        f"harvest:\n  baseKafkaConfig:\n    bootstrap.servers: 127.0.0.1:{free_port()}\n  dataSource: sqlite:///{db}\n"
+    )
+    result = reaper("-f", str(cfg))
+    assert_one_line_error(result, "cannot reach Kafka")
+    logged = librdkafka_lines(result.stderr)
+    assert 1 <= len(logged) <= 2, result.stderr
+    if len(logged) == 2:
+        assert "more time" in logged[1]
+    # The count comes before the error, which is the last word.
+    assert result.stderr.rstrip().splitlines()[-1].startswith("reaper: error:")
+
+
+def test_inbox_names_the_key_of_a_kafka_property_librdkafka_refuses(tmp_path):
+    cfg = write_inbox_yaml(tmp_path, "127.0.0.1:9", "    session.timeout.ms: 15000000\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "pyharvest.cli", "inbox", "-f", cfg, "--handler", "shop:apply"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    assert_one_line_error(result, "inbox.baseKafkaConfig[session.timeout.ms]", "allowed range")

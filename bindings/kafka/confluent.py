@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 # NewTopic's documented import path; confluent_kafka.admin re-exports it without listing it in an __all__.
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from pyharvest.bindings.kafka.logs import librdkafka_logger
 from pyharvest.core.errors import KafkaPropertyError
 from pyharvest.core.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap, ProduceError, TopicError
 
@@ -63,8 +64,9 @@ def delivery_error(err: KafkaError) -> DeliveryError:
 
 
 def _client_config(config: KafkaConfigMap) -> dict[str, object]:
-    # librdkafka logs through stderr by default; route its logs into Python logging instead.
-    return {**config, "logger": logging.getLogger("pyharvest.librdkafka")}
+    # librdkafka logs through stderr by default; route its logs into Python logging instead,
+    # its repeats collapsed.
+    return {**config, "logger": librdkafka_logger()}
 
 
 _REFUSED_PROPERTY = re.compile(r'property:? "([^"]+)"')

@@ -92,7 +92,9 @@ def cmd_inbox(args: argparse.Namespace) -> int:
             engine.dispose()
     if not args.handler:
         raise ConfigError("--handler", "required to run the inbox: --handler package.module:function")
-    inbox = Inbox(inbox_cfg, load_handler(args.handler))
+    handler = load_handler(args.handler)
+    check_kafka(inbox_cfg)
+    inbox = Inbox(inbox_cfg, handler)
     stopping = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -109,6 +111,25 @@ def cmd_inbox(args: argparse.Namespace) -> int:
         for s, h in previous.items():
             signal.signal(s, h)
     return EXIT_OK
+
+
+def check_kafka(cfg: Any) -> None:
+    """Fail fast, as ``reaper`` does, when librdkafka refuses the consumer's configuration
+    (naming the key) or no broker answers within the start-up deadline; warn of a topic that
+    does not exist yet (the consumer waits for it)."""
+    from pyharvest.bindings.kafka.inbox_consumer import inbox_consumer_config
+    from pyharvest.bindings.kafka.preflight import check_consumer
+    from pyharvest.core.errors import KafkaPropertyError
+    from pyharvest.core.kafka_origins import explain_refusal
+
+    try:
+        topics = check_consumer(inbox_consumer_config(cfg.base_kafka_config, cfg.group_id))
+    except KafkaPropertyError as e:
+        sections = [("inbox.baseKafkaConfig", cfg.base_kafka_config)]
+        raise explain_refusal(e, sections, {"group.id": "inbox.groupID"}) from None
+    missing = [t for t in cfg.topics if t not in topics]
+    if missing:
+        log.warning("topic(s) %s do not exist yet; the inbox consumes them once they do", ", ".join(missing))
 
 
 def _print_dead_letters(engine: Any, tables: Any, group_id: str, limit: int) -> int:
