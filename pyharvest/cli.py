@@ -21,6 +21,7 @@ from pyharvest.commands.exits import EXIT_OK, EXIT_USAGE, exception_exit
 from pyharvest.core.config import POISON_POLICIES, mask_data_source
 
 if TYPE_CHECKING:
+    from pyharvest.core.config import Config as HarvestConfig
     from pyharvest.core.config import ReaperConfig
 
 log = logging.getLogger("pyharvest.reaper")
@@ -79,6 +80,9 @@ def run_harvest(cfg: ReaperConfig, *, print_config: bool = False) -> int:
     if print_config:
         import yaml
 
+        # What reaper would refuse, --print-config refuses too: the migration guide relies on it.
+        check_harvest_config(harvest_cfg)
+
         printed: dict[str, object] = {
             "harvest": harvest_cfg.to_mapping(mask_secrets=True),
             "logging": {"level": cfg.logging.level, "json": cfg.logging.json},
@@ -114,6 +118,32 @@ def run_harvest(cfg: ReaperConfig, *, print_config: bool = False) -> int:
         if ops is not None:
             ops.stop()
     return EXIT_OK
+
+
+def check_harvest_config(cfg: HarvestConfig) -> None:
+    """Everything ``reaper`` checks of a resolved configuration before it connects anywhere: the
+    table name, the data source and its dialect, and the Kafka properties of every client
+    (librdkafka's verdict, named by YAML key). Raises :class:`ConfigError` (or another
+    :class:`~pyharvest.core.errors.HarvestError`) as ``reaper`` would."""
+    from pyharvest.bindings.kafka.preflight import check_properties
+    from pyharvest.bindings.sql.connect import resolve
+    from pyharvest.core.errors import KafkaPropertyError
+    from pyharvest.core.kafka_origins import explain_harvest_refusal
+    from pyharvest.core.neli import leader_client_configs
+    from pyharvest.core.sender import producer_config
+    from pyharvest.plugins.api import parse_table_name
+
+    parse_table_name(cfg.outbox_table)
+    resolve(cfg.data_source, cfg.binding)
+    consumer, heartbeats = leader_client_configs(
+        cfg.base_kafka_config, cfg.leader_group_id, cfg.limits.heartbeat_timeout  # type: ignore[arg-type]
+    )
+    try:
+        check_properties("producer", producer_config(cfg))
+        check_properties("heartbeat producer", heartbeats)
+        check_properties("leader consumer", consumer, consumer=True)
+    except KafkaPropertyError as e:
+        raise explain_harvest_refusal(e, cfg) from None
 
 
 # ---------------------------------------------------------------------- schema and init-db

@@ -216,3 +216,36 @@ def test_inbox_names_the_key_of_a_kafka_property_librdkafka_refuses(tmp_path):
     )
     assert result.returncode == 2
     assert_one_line_error(result, "inbox.baseKafkaConfig[session.timeout.ms]", "allowed range")
+
+
+@pytest.mark.parametrize(
+    ("harvest", "fragments"),
+    [
+        ("  outboxTable: \"out'box\"\n", ("outboxTable", "not a valid table name")),
+        ("  dataSource: nosuchdb://h/x\n", ("nosuchdb",)),
+        ("  limits:\n    heartbeatTimeout: 5000s\n", ("harvest.limits.heartbeatTimeout", "session.timeout.ms")),
+        ("  baseKafkaConfig:\n    acks: lots\n", ("harvest.baseKafkaConfig[acks]",)),
+    ],
+)
+def test_print_config_refuses_what_reaper_refuses(tmp_path, harvest, fragments):
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text(f"harvest:\n  dataSource: sqlite:///{tmp_path / 'x.db'}\n{harvest}")
+    printed = reaper("-f", str(cfg), "--print-config")
+    assert_one_line_error(printed, *fragments)
+    assert printed.stdout == ""
+
+
+@pytest.mark.parametrize("harvest", ["  outboxTable: \"out'box\"\n", "  dataSource: nosuchdb://h/x\n"])
+def test_print_config_and_reaper_refuse_with_the_same_line(tmp_path, harvest):
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text(f"harvest:\n  dataSource: sqlite:///{tmp_path / 'x.db'}\n{harvest}")
+    printed, run = reaper("-f", str(cfg), "--print-config"), reaper("-f", str(cfg))
+    assert_one_line_error(run)
+    assert printed.stderr.splitlines()[-1] == run.stderr.splitlines()[-1]
+
+
+def test_inbox_print_config_refuses_a_property_librdkafka_refuses(tmp_path):
+    cfg = write_inbox_yaml(tmp_path, "127.0.0.1:9", "    fetch.wait.max.ms: -1\n")
+    result = reaper("inbox", "-f", cfg, "--print-config")
+    assert result.returncode == 2
+    assert_one_line_error(result, "inbox.baseKafkaConfig[fetch.wait.max.ms]")

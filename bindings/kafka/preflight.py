@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaException, Producer
 
 from pyharvest.bindings.kafka.confluent import refused_configuration
 from pyharvest.bindings.kafka.logs import librdkafka_logger
 from pyharvest.core.errors import TopicError
 
-__all__ = ["DEFAULT_TIMEOUT", "check_consumer"]
+__all__ = ["DEFAULT_TIMEOUT", "check_consumer", "check_properties"]
 
 #: How long a broker has to answer: the harvester's start-up deadline for reaching Kafka.
 DEFAULT_TIMEOUT = 10.0
@@ -42,3 +42,23 @@ def check_consumer(config: Mapping[str, object], timeout: float = DEFAULT_TIMEOU
     finally:
         consumer.close()
     return sorted(metadata.topics)
+
+
+class _Silent:
+    """A ``logger`` for a client that is built only to have its configuration checked."""
+
+    def log(self, level: int, msg: str, *args: object) -> None:
+        pass
+
+
+def check_properties(what: str, config: Mapping[str, object], consumer: bool = False) -> None:
+    """Raise :class:`~pyharvest.core.errors.KafkaPropertyError` (or ``TopicError``) if librdkafka
+    refuses ``config`` for a producer (or, with ``consumer``, a consumer) named ``what``. The
+    client is built and dropped at once, never polled: nothing is produced or joined."""
+    client = Consumer if consumer else Producer
+    try:
+        built = client({**config, "logger": _Silent()})
+    except KafkaException as e:
+        raise refused_configuration(what, e) from None
+    if consumer:
+        built.close()

@@ -61,6 +61,8 @@ def cmd_inbox(args: argparse.Namespace) -> int:
     if args.print_config:
         import yaml
 
+        check_inbox_config(inbox_cfg)
+
         print(yaml.safe_dump({"inbox": inbox_cfg.to_mapping(mask_secrets=True)}, sort_keys=False), end="")
         return EXIT_OK
     if args.init_db or args.dead_letters or args.replay:
@@ -111,6 +113,23 @@ def cmd_inbox(args: argparse.Namespace) -> int:
         for s, h in previous.items():
             signal.signal(s, h)
     return EXIT_OK
+
+
+def check_inbox_config(cfg: Any) -> None:
+    """What ``reaper inbox`` checks before it connects: the data source and its dialect, and
+    the consumer's Kafka properties (the tables' names ``resolve()`` checked already)."""
+    from pyharvest.bindings.kafka.inbox_consumer import inbox_consumer_config
+    from pyharvest.bindings.kafka.preflight import check_properties
+    from pyharvest.bindings.sql.connect import resolve
+    from pyharvest.core.errors import KafkaPropertyError
+    from pyharvest.core.kafka_origins import explain_refusal
+
+    resolve(cfg.data_source, cfg.binding)
+    try:
+        check_properties("consumer", inbox_consumer_config(cfg.base_kafka_config, cfg.group_id), consumer=True)
+    except KafkaPropertyError as e:
+        sections = [("inbox.baseKafkaConfig", cfg.base_kafka_config)]
+        raise explain_refusal(e, sections, {"group.id": "inbox.groupID"}) from None
 
 
 def check_kafka(cfg: Any) -> None:
