@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, KafkaException, Producer
 
 from pyharvest.bindings.kafka.confluent import refused_configuration
 from pyharvest.bindings.kafka.logs import librdkafka_logger
-from pyharvest.core.errors import TopicError
+from pyharvest.core.errors import KafkaPropertyError, TopicError
 
 __all__ = ["DEFAULT_TIMEOUT", "check_consumer", "check_properties"]
 
@@ -52,13 +52,18 @@ class _Silent:
 
 
 def check_properties(what: str, config: Mapping[str, object], consumer: bool = False) -> None:
-    """Raise :class:`~pyharvest.core.errors.KafkaPropertyError` (or ``TopicError``) if librdkafka
-    refuses ``config`` for a producer (or, with ``consumer``, a consumer) named ``what``. The
-    client is built and dropped at once, never polled: nothing is produced or joined."""
+    """Raise :class:`~pyharvest.core.errors.KafkaPropertyError` if librdkafka refuses the value
+    of a property of ``config`` for a producer (or, with ``consumer``, a consumer) named
+    ``what``. The client is built and dropped at once, never polled: nothing is produced or
+    joined. A refusal that names no property (a certificate file that is not on this machine)
+    is left for the command to meet where it runs."""
     client = Consumer if consumer else Producer
     try:
         built = client({**config, "logger": _Silent()})
     except KafkaException as e:
-        raise refused_configuration(what, e) from None
+        error = refused_configuration(what, e)
+        if isinstance(error, KafkaPropertyError):
+            raise error from None
+        return
     if consumer:
         built.close()
