@@ -18,6 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from pyharvest.commands.exits import EXIT_OK, EXIT_USAGE, exception_exit
+from pyharvest.commands.files import add_file_argument
 from pyharvest.core.config import POISON_POLICIES, mask_data_source
 
 if TYPE_CHECKING:
@@ -167,9 +168,14 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def cmd_init_db(args: argparse.Namespace) -> int:
     from pyharvest.bindings.sql import create_outbox_table
+    from pyharvest.commands.files import outbox_target
 
-    create_outbox_table(args.data_source, args.table, args.binding, quarantine=args.quarantine, shards=args.shards)
-    print(f"outbox table {args.table!r} is ready at {mask_data_source(args.data_source)}")
+    target = outbox_target(args)
+    # From the file, the table is made ready for how it will be harvested.
+    shards = args.shards or (target.config.shards if target.config is not None else 1)
+    quarantine = args.quarantine or (target.config is not None and target.config.poison_policy == "quarantine")
+    create_outbox_table(target.data_source, target.table, target.binding, quarantine=quarantine, shards=shards)
+    print(f"outbox table {target.table!r} is ready at {mask_data_source(target.data_source)}")
     return EXIT_OK
 
 
@@ -201,12 +207,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--print-config", action="store_true", help="print the effective config (secrets masked) and exit")
     run.set_defaults(func=cmd_run)
 
-    init = sub.add_parser("init-db", help="create the outbox table (idempotent)")
-    init.add_argument("--data-source", required=True, help="SQLAlchemy URL (or a libpq key=value string)")
-    init.add_argument("--table", default="outbox", help="outbox table name, optionally schema-qualified")
+    init = sub.add_parser(
+        "init-db", help="create the outbox table (idempotent)",
+        description="Create the outbox table if it is missing: 'reaper init-db -f reaper.yaml' (its dataSource, "
+        "outboxTable, binding, shards and poisonPolicy) or 'reaper init-db --data-source URL'.",
+    )
+    add_file_argument(init, "the data source, table, binding, shards and poison policy")
+    init.add_argument("--data-source", help="SQLAlchemy URL (or a libpq key=value string); without -f, required")
+    init.add_argument("--table", help="outbox table name, optionally schema-qualified (default: outbox)")
     init.add_argument("--binding", default=None, help="dialect plugin (default: from the URL's scheme)")
     init.add_argument(
-        "--shards", type=_positive, default=1,
+        "--shards", type=_positive, default=None,
         help="also make the table ready to be harvested in this many shards: the key hash column and its index",
     )
     init.add_argument(

@@ -52,10 +52,12 @@ def load_handler(spec: str) -> Any:
 
 def cmd_inbox(args: argparse.Namespace) -> int:
     from pyharvest.cli import setup_logging
+    from pyharvest.commands.files import read_file_sections
     from pyharvest.core.errors import ConfigError
     from pyharvest.inbox import Inbox, InboxFile, InboxTables
 
-    cfg = InboxFile.load(args.file)
+    # Environment overrides applied (PYHARVEST_INBOX__DATA_SOURCE=…): no password in the file or on the command line.
+    cfg = InboxFile.from_mapping(read_file_sections(args.file))
     inbox_cfg = cfg.inbox.resolve()
     setup_logging(cfg.logging.numeric_level, cfg.logging.json)
     if args.print_config:
