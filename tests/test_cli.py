@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -249,3 +250,31 @@ def test_inbox_print_config_refuses_a_property_librdkafka_refuses(tmp_path):
     result = reaper("inbox", "-f", cfg, "--print-config")
     assert result.returncode == 2
     assert_one_line_error(result, "inbox.baseKafkaConfig[fetch.wait.max.ms]")
+
+
+def test_the_handler_is_imported_from_the_current_directory(tmp_path):
+    from pathlib import Path
+
+    from pyharvest.bindings.kafka.embedded import free_port
+
+    # The installed console script, not 'python -m' (which puts the current directory on the path itself).
+    script = Path(sys.executable).with_name("reaper")
+    cfg = write_inbox_yaml(tmp_path, f"127.0.0.1:{free_port()}")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run(
+        [str(script), "inbox", "-f", cfg, "--handler", "shop:apply"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env,
+    )
+    # It got past the import to the broker check.
+    assert "No module named" not in result.stderr
+    assert_one_line_error(result, "cannot reach Kafka")
+    missing = subprocess.run(
+        [str(script), "inbox", "-f", cfg, "--handler", "nosuchmodule:apply"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env,
+    )
+    assert_one_line_error(missing, "--handler", "nosuchmodule")
+
+
+def test_help_says_where_the_handler_is_imported_from():
+    result = reaper("inbox", "--help")
+    assert "current directory" in " ".join(result.stdout.split())

@@ -7,7 +7,8 @@
     reaper inbox -f inbox.yaml --replay [--topic T] [--key K]     ask the owning consumers to replay them
 
 ``--handler`` names a callable ``handler(tx, message)`` as ``package.module:attribute``
-(the attribute may be dotted). The file's ``inbox:`` section is described in ``docs/inbox.md``.
+(the attribute may be dotted), imported from the current directory first, as uvicorn and
+celery do. The file's ``inbox:`` section is described in ``docs/inbox.md``.
 """
 
 from __future__ import annotations
@@ -30,12 +31,20 @@ log = logging.getLogger("pyharvest.reaper")
 
 
 def load_handler(spec: str) -> Any:
-    """Import ``package.module:attribute`` and return the attribute; ConfigError if it cannot."""
+    """Import ``package.module:attribute`` and return the attribute; ConfigError if it cannot.
+
+    The current directory is searched first, as uvicorn and celery do: a console script's
+    ``sys.path`` starts at its own folder, not at the application's."""
+    import os
+
     from pyharvest.core.errors import ConfigError
 
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError("--handler", f"expected 'package.module:function', got {spec!r}")
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as e:
@@ -179,7 +188,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("-f", "--file", required=True, help="configuration file with an 'inbox:' section")
-    p.add_argument("--handler", help="the handler, as package.module:function")
+    p.add_argument(
+        "--handler", metavar="MODULE:FUNCTION",
+        help="the handler, as package.module:function, imported from the current directory first "
+        "(then PYTHONPATH and the installed packages)",
+    )
     p.add_argument("--print-config", action="store_true", help="print the effective config (secrets masked) and exit")
     p.add_argument("--init-db", action="store_true", help="create the inbox's tables (idempotent) and exit")
     p.add_argument("--dead-letters", action="store_true", help="list dead-lettered and parked messages and exit")
