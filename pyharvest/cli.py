@@ -3,6 +3,7 @@
     reaper -f reaper.yaml                    run the harvester (goharvest's reaper, unchanged config)
     reaper init-db --data-source URL         create the outbox table if missing
     reaper schema --binding postgresql       print the outbox DDL
+    reaper broker [--port 9092]              the embedded broker, in the foreground (development)
 """
 
 from __future__ import annotations
@@ -248,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_extras(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from pyharvest.commands.broker import register as register_broker
     from pyharvest.commands.inbox import register as register_inbox
     from pyharvest.commands.quarantine import register as register_quarantine
     from pyharvest.commands.verify import register as register_verify
@@ -257,6 +259,7 @@ def _register_extras(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     register_verify(sub)
     register_inbox(sub)
     register_quarantine(sub)
+    register_broker(sub)
 
 
 # Sub-commands that live in their own modules.
