@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from pyharvest.commands.exits import EXIT_OK, EXIT_USAGE, exception_exit
+from pyharvest.commands.exits import EXIT_OK, EXIT_USAGE, error_exit, exception_exit
 from pyharvest.commands.files import add_file_argument
 from pyharvest.core.config import POISON_POLICIES, mask_data_source
 
@@ -203,7 +203,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run the harvester (the default: 'reaper -f reaper.yaml')")
+    run = sub.add_parser(
+        "run", help="run the harvester (the default: 'reaper -f reaper.yaml')",
+        description="Run the harvester of a goharvest-compatible reaper.yaml until SIGINT or SIGTERM: it joins "
+        "the leader group and, while it leads, publishes the outbox's records to Kafka in order per key and "
+        "deletes them. 'reaper -f reaper.yaml' is the same as 'reaper run -f reaper.yaml'. PYHARVEST_* "
+        "environment variables override the file's keys.",
+    )
     run.add_argument("-f", "--file", required=True, help="configuration file (goharvest's reaper.yaml format)")
     run.add_argument("--print-config", action="store_true", help="print the effective config (secrets masked) and exit")
     run.set_defaults(func=cmd_run)
@@ -266,11 +272,25 @@ def _register_extras(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 _extra_commands: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [_register_extras]
 
 
+def _unknown_command(word: str, commands: set[str]) -> int:
+    import difflib
+
+    close = difflib.get_close_matches(word, sorted(commands), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return error_exit(
+        f"unknown command {word!r}; {hint}commands: {', '.join(sorted(commands))} "
+        "(or 'reaper -f reaper.yaml' to run the harvester)",
+        EXIT_USAGE,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     commands = {name for a in parser._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices}
     if argv and argv[0] not in commands and argv[0] not in ("-h", "--help"):
+        if not argv[0].startswith("-"):
+            return _unknown_command(argv[0], commands)
         argv.insert(0, "run")  # goharvest's form: 'reaper -f reaper.yaml'
     try:
         args = parser.parse_args(argv)

@@ -278,3 +278,22 @@ def test_the_handler_is_imported_from_the_current_directory(tmp_path):
 def test_help_says_where_the_handler_is_imported_from():
     result = reaper("inbox", "--help")
     assert "current directory" in " ".join(result.stdout.split())
+
+
+def test_a_mistyped_command_is_unknown_with_a_close_match():
+    result = reaper("brokr")
+    assert result.returncode == 2
+    assert_one_line_error(result, "unknown command 'brokr'", "did you mean 'broker'?", "init-db")
+    assert "-f" not in result.stderr.split("(or")[0]  # not "-f is required"
+
+
+def test_a_postgres_url_gets_a_hint_to_write_postgresql_psycopg():
+    result = reaper("init-db", "--data-source", "postgres://app:secret@127.0.0.1:5432/app")
+    assert_one_line_error(result, "postgresql+psycopg://")
+    assert "secret" not in result.stderr
+
+
+def test_run_has_a_description():
+    result = reaper("run", "--help")
+    assert result.returncode == 0
+    assert "leader group" in result.stdout
