@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pyharvest import Config, ConfigError, Limits
@@ -161,3 +163,25 @@ def test_inbox_and_metrics_durations_need_a_unit_too():
         InboxFile.from_mapping({"inbox": {"limits": {"maxBatchDuration": 100}}})
     with pytest.raises(ConfigError, match=r"^metrics\.backlogInterval: 30 has no unit"):
         OpsConfig.from_mapping({"backlogInterval": 30})
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "suggestion"),
+    [
+        ("harvest:\n  leaderGroupId: x\n", "did you mean 'leaderGroupID'?"),
+        ("harvest:\n  leader_group_id: x\n", "did you mean 'leaderGroupID'?"),
+        ("harvest:\n  outboxTabel: x\n", "did you mean 'outboxTable'?"),
+        ("harvest:\n  limits:\n    maxInflightRecords: 5\n", "did you mean 'maxInFlightRecords'?"),
+        ("harvset: {}\n", "did you mean 'harvest'?"),
+        ("logging:\n  levle: Info\nharvest: {}\n", "did you mean 'level'?"),
+    ],
+)
+def test_a_near_miss_key_gets_a_suggestion(yaml_text, suggestion):
+    with pytest.raises(ConfigError, match=re.escape(suggestion)):
+        ReaperConfig.from_yaml(yaml_text)
+
+
+def test_a_key_like_no_other_gets_no_suggestion():
+    with pytest.raises(ConfigError) as info:
+        ReaperConfig.from_yaml("harvest:\n  frobnicate: 1\n")
+    assert "did you mean" not in str(info.value) and "expected one of" in str(info.value)

@@ -93,8 +93,8 @@ def test_a_section_is_read_through_each_fields_reader_strings_by_default():
         ([1], r"^x: expected a mapping, got list$"),
         (
             {"groupId": "g"},
-            r"^x\.groupId: unknown key; expected one of: baseKafkaConfig, dataSource, groupID, limits, "
-            r"topics$",
+            r"^x\.groupId: unknown key; did you mean 'groupID'\? expected one of: baseKafkaConfig, dataSource, groupID, "
+            r"limits, topics$",
         ),
         ({"groupID": 7}, r"^x\.groupID: expected a string, got 7$"),
         ({"baseKafkaConfig": "acks=1"}, r"^x\.baseKafkaConfig: expected a mapping of Kafka properties, got 'acks=1'$"),
