@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -18,7 +19,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from pyharvest.commands.exits import EXIT_OK, EXIT_USAGE, error_exit, exception_exit
+from pyharvest.commands.exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, error_exit, exception_exit
 from pyharvest.commands.files import add_file_argument
 from pyharvest.core.config import POISON_POLICIES, mask_data_source
 
@@ -302,7 +303,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pyharvest.bindings.kafka.logs import flush_librdkafka_logs
 
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # here, where a closed pipe can still be told apart from a failure
+        return code
+    except BrokenPipeError:
+        # The reader went away ('reaper verify | head'): what it did not read is not an error
+        # to report. Point stdout at nothing, so that the flush at exit does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         return EXIT_OK
     except Exception as e:  # noqa: BLE001 - one line for the operator; the traceback at debug level

@@ -297,3 +297,16 @@ def test_run_has_a_description():
     result = reaper("run", "--help")
     assert result.returncode == 0
     assert "leader group" in result.stdout
+
+
+def test_a_reader_that_goes_away_is_no_broken_pipe_traceback():
+    # 'reaper schema … | head -1': the reader closes the pipe before reaper writes.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyharvest.cli", "schema", "--binding", "postgresql", "--statements"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.wait(60)
+    assert "BrokenPipeError" not in err and "Traceback" not in err and "Exception ignored" not in err, err
