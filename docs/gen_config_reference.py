@@ -192,7 +192,8 @@ def _rows() -> Iterator[tuple[str, str, list[Row]]]:
         ))
     yield (
         "harvest.limits",
-        "Timing and sizing: `pyharvest.Limits`. Durations take Go's form (`500ms`, `1s`, `1m30s`) or seconds.",
+        "Timing and sizing: `pyharvest.Limits`. Durations take Go's form, with a unit (`500ms`, `1s`, `1m30s`); "
+        "a bare number other than `0` is refused. In Python, `Limits` takes seconds as floats.",
         rows,
     )
 
