@@ -1,7 +1,7 @@
 """The ``reaper`` command: run the harvester beside a service, and manage its outbox.
 
     reaper -f reaper.yaml                    run the harvester (goharvest's reaper, unchanged config)
-    reaper init-db --data-source URL         create the outbox table if missing
+    reaper init-db -f reaper.yaml            create the outbox table if missing (or --data-source URL)
     reaper schema --binding postgresql       print the outbox DDL
     reaper broker [--port 9092]              the embedded broker, in the foreground (development)
 """
