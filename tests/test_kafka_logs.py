@@ -76,3 +76,14 @@ def test_the_client_and_librdkafka_own_notes_do_not_make_a_new_cause():
     assert cause_of(refused("consumer-1")) == cause_of(refused("producer-7", ms=30021, suppressed=4))
     assert cause_of(refused()) != cause_of(refused().replace("127.0.0.1:9", "127.0.0.1:10"))
     assert cause_of(refused()).endswith("Connection refused")
+
+
+def test_the_causes_remembered_are_bounded(collapsing):
+    from pyharvest.bindings.kafka.logs import MAX_CAUSES
+
+    logger, clock, caplog = collapsing
+    for i in range(MAX_CAUSES * 3):
+        logger.log(logging.WARNING, f"cause {i}")
+        clock.now += 1.0
+    assert len(logger._causes) <= MAX_CAUSES
+    assert len(lines(caplog)) == MAX_CAUSES * 3  # each logged once, as it came

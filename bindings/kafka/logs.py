@@ -26,6 +26,8 @@ __all__ = ["CollapsingLogger", "cause_of", "flush_librdkafka_logs", "librdkafka_
 
 #: How often a cause that keeps recurring is reported again, with its count.
 DEFAULT_INTERVAL = 30.0
+#: Causes remembered at most; beyond, quiet ones are forgotten (and would be logged afresh).
+MAX_CAUSES = 256
 
 _CLIENT = re.compile(r"\[rdkafka#[\w-]+\] ")
 _TIMING = re.compile(r"\s*\((?:after \d+ms in state \w+)?(?:, )?(?:\d+ identical error\(s\) suppressed)?\)")
@@ -67,6 +69,8 @@ class CollapsingLogger:
         with self._lock:
             cause = self._causes.get(key)
             if cause is None:
+                if len(self._causes) >= MAX_CAUSES:
+                    self._forget_quiet(now)
                 self._causes[key] = _Cause(level, line, now)
                 report = line
             else:
@@ -84,6 +88,13 @@ class CollapsingLogger:
             reports = [(c.level, self._summary(c, now)) for c in self._causes.values() if c.repeats]
         for level, report in reports:
             self.target.log(level, "%s", report)
+
+    def _forget_quiet(self, now: float) -> None:
+        # Called with the lock held. A long-running process meets ever new causes (addresses,
+        # broker ids): forget those with nothing to report, or, failing that, the oldest.
+        quiet = [k for k, c in self._causes.items() if not c.repeats and now - c.reported_at >= self.interval]
+        for k in quiet or list(self._causes)[: len(self._causes) // 2]:
+            del self._causes[k]
 
     def _summary(self, cause: _Cause, now: float) -> str:
         # Called with the lock held. No rate: librdkafka queues its lines until a client is
