@@ -20,6 +20,7 @@ from typing import Any
 from pyharvest.core.config_mapping import (
     ValueReader,
     config_to_mapping,
+    did_you_mean,
     limits_from_mapping,
     limits_to_mapping,
     masked_repr,
@@ -144,8 +145,11 @@ def file_sections(data: object, section: str) -> Mapping[str, Any]:
         raise ConfigError("", f"the configuration file must hold a mapping with {article} '{section}:' section")
     unknown = set(data) - FILE_SECTIONS
     if unknown:
+        first = sorted(unknown, key=str)[0]
         raise ConfigError(
-            sorted(unknown)[0], f"unknown top-level section; expected '{section}' and optionally 'logging'"
+            str(first),
+            f"unknown top-level section; {did_you_mean(first, FILE_SECTIONS)}expected '{section}' and optionally "
+            "'logging'",
         )
     return data
 
@@ -302,7 +306,9 @@ class LoggingConfig:
                     raise ConfigError("logging.json", f"expected true or false, got {value!r}")
                 out.json = value
             else:
-                raise ConfigError(f"logging.{key}", "unknown key; expected one of: json, level")
+                raise ConfigError(
+                    f"logging.{key}", f"unknown key; {did_you_mean(key, ('json', 'level'))}expected one of: json, level"
+                )
         return out
 
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ValueReader",
     "config_to_mapping",
+    "did_you_mean",
     "limits_from_mapping",
     "limits_to_mapping",
     "masked_repr",
@@ -41,6 +42,22 @@ def yaml_key(name: str) -> str:
     names are (``leader_group_id`` -> ``leaderGroupID``)."""
     head, *rest = name.split("_")
     return head + "".join("ID" if part == "id" else part.capitalize() for part in rest)
+
+
+def did_you_mean(key: object, known: Collection[str]) -> str:
+    """``"did you mean 'leaderGroupID'? "`` for a key that is a near miss of one in ``known``
+    (case aside), or ``""``."""
+    if not isinstance(key, str):
+        return ""
+    import difflib
+
+    by_lower = {k.lower(): k for k in known}
+    close = by_lower.get(key.lower().replace("_", "")) or next(
+        iter(difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.75)), None
+    )
+    if close is None:
+        return ""
+    return f"did you mean {by_lower.get(close, close)!r}? "
 
 
 #: Checks and converts the value of one key; ``where`` (``section.key``) names it in a
@@ -67,7 +84,7 @@ def read_whole_number(value: object, where: str) -> int:
 
 
 def read_duration(value: object, where: str) -> float:
-    """Seconds, from a Go duration (``500ms``, ``1m30s``) or a number of seconds."""
+    """Seconds, from a Go duration (``500ms``, ``1m30s``); a bare number other than 0 is refused."""
     try:
         return parse_duration(value, where)
     except ValueError as e:
@@ -96,7 +113,8 @@ def section_from_mapping(cls: type[_C], data: object, prefix: str, readers: Mapp
         where = f"{prefix}.{key}"
         attr = known.get(key)
         if attr is None:
-            raise ConfigError(where, f"unknown key; expected one of: {', '.join(sorted(known))}")
+            expected = ", ".join(sorted(known))
+            raise ConfigError(where, f"unknown key; {did_you_mean(key, known)}expected one of: {expected}")
         if value is not None:
             setattr(out, attr, readers.get(attr, read_str)(value, where))
     return out
@@ -104,7 +122,7 @@ def section_from_mapping(cls: type[_C], data: object, prefix: str, readers: Mapp
 
 def limits_from_mapping(cls: type[_C], data: object, prefix: str, ints: Collection[str]) -> _C:
     """Build a limits dataclass from camelCase keys: whole numbers for the fields in ``ints``,
-    Go-style durations (or seconds) for the rest; no section at all leaves every limit unset."""
+    Go-style durations for the rest; no section at all leaves every limit unset."""
     if data is not None and not isinstance(data, Mapping):
         raise ConfigError(prefix, f"expected a mapping, got {data!r}")
     readers = {f.name: read_whole_number if f.name in ints else read_duration for f in fields(cls)}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["BindingError", "ConfigError", "HarvestError", "TopicError"]
+__all__ = ["BindingError", "ConfigError", "HarvestError", "KafkaPropertyError", "TopicError"]
 
 
 class HarvestError(Exception):
@@ -25,3 +25,14 @@ class BindingError(HarvestError):
 class TopicError(HarvestError):
     """Kafka cannot serve the harvester: a client refuses its configuration, no broker answers,
     or a topic it needs is missing and cannot be created."""
+
+
+class KafkaPropertyError(TopicError):
+    """librdkafka refused the value of one property of a client's configuration. ``property``
+    is the name librdkafka gave (perhaps an alias of the one set: ``message.timeout.ms`` for
+    ``delivery.timeout.ms``); ``detail`` is its message."""
+
+    def __init__(self, message: str, property: str, detail: str) -> None:  # noqa: A002 - librdkafka's word
+        super().__init__(message)
+        self.property = property
+        self.detail = detail

@@ -44,12 +44,13 @@ from pyharvest.core.binding import DatabaseBinding
 from pyharvest.core.config import Config, mask_data_source, mask_kafka_config
 from pyharvest.core.delivery import DeliveryProcessor, Flight
 from pyharvest.core.dispatch import Dispatcher
-from pyharvest.core.errors import HarvestError
+from pyharvest.core.errors import HarvestError, KafkaPropertyError
 from pyharvest.core.events import LeaderAcquired, LeaderFenced, LeaderRefreshed, LeaderRevoked
 from pyharvest.core.gate import KeyGate
 from pyharvest.core.health import DatabaseProbe, Health
 from pyharvest.core.identity import OUTBOX_HEADER, RECORD_ID_HEADER
 from pyharvest.core.kafka import KafkaClients
+from pyharvest.core.kafka_origins import explain_harvest_refusal
 from pyharvest.core.lifecycle import Lifecycle, State
 from pyharvest.core.logs import log, one_line
 from pyharvest.core.metrics import HarvestMetrics
@@ -186,10 +187,12 @@ class HarvestEngine(Lifecycle):
                 on_status=self._on_leader_status,
             )
             self._neli.start()
-        except BaseException:
+        except BaseException as e:
             self._dispose_resources()
             self._state = State.STOPPED
             self._stopped.set()
+            if isinstance(e, KafkaPropertyError):
+                raise explain_harvest_refusal(e, cfg) from None
             raise
         self._state = State.RUNNING
         self._delivery_thread = threading.Thread(target=self._delivery_loop, name="pyharvest-delivery", daemon=True)

@@ -38,6 +38,17 @@ class OutboxRecord:
     create_time: datetime | None = None
     leader_id: str | None = None
 
+    def __post_init__(self) -> None:
+        # Refused where the mistake is made, not later by the stasher or the database. Only the
+        # cheap type checks: the harvester builds a record for every row it marks.
+        if not isinstance(self.key, str):
+            raise InvalidRecordError(
+                f"record key must be a str, got {type(self.key).__name__} ({self.key!r}); "
+                "Kafka orders records per key, compared as text: pass str(key)"
+            )
+        if not isinstance(self.topic, str):
+            raise InvalidRecordError(f"record topic must be a str, got {type(self.topic).__name__} ({self.topic!r})")
+
     def value_bytes(self) -> bytes | None:
         v = self.value
         return v.encode() if isinstance(v, str) else v

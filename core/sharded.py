@@ -16,10 +16,11 @@ from collections.abc import Callable
 
 from pyharvest.core.binding import ShardableBinding
 from pyharvest.core.config import Config, mask_data_source, mask_kafka_config
-from pyharvest.core.errors import HarvestError
+from pyharvest.core.errors import HarvestError, KafkaPropertyError
 from pyharvest.core.harvest import HarvestEngine
 from pyharvest.core.health import Health
 from pyharvest.core.kafka import KafkaClients
+from pyharvest.core.kafka_origins import explain_harvest_refusal
 from pyharvest.core.lifecycle import Lifecycle, State
 from pyharvest.core.logs import log, one_line
 from pyharvest.core.shard_group import ShardGroup
@@ -100,10 +101,12 @@ class ShardedHarvestEngine(Lifecycle):
                 on_assigned=self._ensure_engine,
             )
             self._group.start()
-        except BaseException:
+        except BaseException as e:
             self._close_resources()
             self._state = State.STOPPED
             self._stopped.set()
+            if isinstance(e, KafkaPropertyError):
+                raise explain_harvest_refusal(e, cfg) from None
             raise
         self._state = State.RUNNING
         self._thread = threading.Thread(target=self._group_loop, name="pyharvest-shards", daemon=True)

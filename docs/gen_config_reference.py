@@ -7,9 +7,11 @@ section's ``OpsConfig``); the environment variable of each key from
 ``docs/configuration.md`` (``harvest:`` and ``limits:``), from ``OpsConfig``'s docstring
 and, for ``logging:``, from the table below. A key without a description fails the build.
 
-``docs/hooks.py`` runs this during ``mkdocs build``; run it by hand to see the page::
+The page is stored in the repository, so that links to it work where the docs are read as
+files; ``docs/hooks.py`` checks during ``mkdocs build``, and ``tests/test_envconfig.py`` in
+the tests, that it is what the classes give. After changing a key, write it again::
 
-    python docs/gen_config_reference.py > /tmp/configuration.md
+    python docs/gen_config_reference.py --write
 """
 
 from __future__ import annotations
@@ -190,7 +192,8 @@ def _rows() -> Iterator[tuple[str, str, list[Row]]]:
         ))
     yield (
         "harvest.limits",
-        "Timing and sizing: `pyharvest.Limits`. Durations take Go's form (`500ms`, `1s`, `1m30s`) or seconds.",
+        "Timing and sizing: `pyharvest.Limits`. Durations take Go's form, with a unit (`500ms`, `1s`, `1m30s`); "
+        "a bare number other than `0` is refused. In Python, `Limits` takes seconds as floats.",
         rows,
     )
 
@@ -296,5 +299,21 @@ def _strip_blank(lines: list[str]) -> list[str]:
     return lines
 
 
+def stored_page_problem() -> str | None:
+    """Why the page stored in the repository (``docs/reference/configuration.md``, so that links
+    to it work outside the built site too) differs from what the classes give, or None."""
+    stored = DOCS / PAGE
+    if not stored.exists():
+        return f"docs/{PAGE} is missing"
+    if stored.read_text(encoding="utf-8") != render() + "\n":
+        return f"docs/{PAGE} is out of date"
+    return None
+
+
 if __name__ == "__main__":
-    print(render())
+    import sys
+
+    if sys.argv[1:] == ["--write"]:
+        (DOCS / PAGE).write_text(render() + "\n", encoding="utf-8")
+    else:
+        print(render())

@@ -2,8 +2,9 @@
 
 * ``on_config``: nav entries may be globs (``dialects/*.md``), expanded to the matching pages
   sorted by title, so pages added to a folder appear without editing mkdocs.yml;
-* ``on_files``: adds ``reference/configuration.md``, generated from the config classes by
-  ``docs/gen_config_reference.py`` (so the reference cannot drift from the code);
+* ``on_files``: checks that ``reference/configuration.md`` (stored, so that links to it work
+  outside the site) is what ``docs/gen_config_reference.py`` generates from the config
+  classes, so the reference cannot drift from the code;
 * the API reference (mkdocstrings) reads the sources through a temporary tree of symlinks
   laid out as the installed package: ``core/`` is ``pyharvest.core`` only through setuptools'
   package-dir mapping, which the static loader cannot follow.
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mkdocs.plugins import event_priority
-from mkdocs.structure.files import File, Files
+from mkdocs.structure.files import Files
 
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
@@ -94,5 +95,7 @@ def _generator() -> Any:
 
 def on_files(files: Files, config: Any) -> Files:
     gen = _generator()
-    files.append(File.generated(config, gen.PAGE, content=gen.render()))
+    problem = gen.stored_page_problem()
+    if problem is not None:
+        raise gen.DriftError(f"{problem}: run python docs/gen_config_reference.py --write")
     return files

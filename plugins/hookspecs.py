@@ -52,6 +52,13 @@ def pyharvest_url_backends() -> Sequence[str] | None:
 
 
 @hookspec(firstresult=True)
+def pyharvest_url_hint(backend: str) -> str | None:
+    """What to write instead of a URL scheme no dialect serves, when ``backend`` (its SQLAlchemy
+    backend name) is a common misspelling of this dialect's: e.g. PostgreSQL's answer for
+    ``postgres``. None when ``backend`` means nothing to this dialect."""
+
+
+@hookspec(firstresult=True)
 def pyharvest_normalize_data_source(data_source: str) -> str | None:
     """Turn a non-URL data source (e.g. a libpq ``key=value`` DSN) into a SQLAlchemy URL;
     None when the string is not in a form this dialect understands."""

@@ -50,6 +50,17 @@ def pyharvest_url_backends() -> Sequence[str]:
 
 
 @hookimpl
+def pyharvest_url_hint(backend: str) -> str | None:
+    # libpq and Heroku-style URLs say postgres://; SQLAlchemy dropped that name in 1.4.
+    if backend == "postgres":
+        return (
+            "write the URL as postgresql+psycopg://user:password@host:5432/database "
+            "(SQLAlchemy has no 'postgres' scheme)"
+        )
+    return None
+
+
+@hookimpl
 def pyharvest_capabilities() -> Capabilities:
     return Capabilities(aware_timestamps=True, transactional_ddl=True, list_limit=None)
 

@@ -1,8 +1,9 @@
 """The ``reaper`` command: run the harvester beside a service, and manage its outbox.
 
     reaper -f reaper.yaml                    run the harvester (goharvest's reaper, unchanged config)
-    reaper init-db --data-source URL         create the outbox table if missing
+    reaper init-db -f reaper.yaml            create the outbox table if missing (or --data-source URL)
     reaper schema --binding postgresql       print the outbox DDL
+    reaper broker [--port 9092]              the embedded broker, in the foreground (development)
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -17,10 +19,12 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from pyharvest.commands.exits import EXIT_OK, EXIT_USAGE, exception_exit
+from pyharvest.commands.exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, error_exit, exception_exit
+from pyharvest.commands.files import add_file_argument
 from pyharvest.core.config import POISON_POLICIES, mask_data_source
 
 if TYPE_CHECKING:
+    from pyharvest.core.config import Config as HarvestConfig
     from pyharvest.core.config import ReaperConfig
 
 log = logging.getLogger("pyharvest.reaper")
@@ -79,6 +83,9 @@ def run_harvest(cfg: ReaperConfig, *, print_config: bool = False) -> int:
     if print_config:
         import yaml
 
+        # What reaper would refuse, --print-config refuses too: the migration guide relies on it.
+        check_harvest_config(harvest_cfg)
+
         printed: dict[str, object] = {
             "harvest": harvest_cfg.to_mapping(mask_secrets=True),
             "logging": {"level": cfg.logging.level, "json": cfg.logging.json},
@@ -116,6 +123,32 @@ def run_harvest(cfg: ReaperConfig, *, print_config: bool = False) -> int:
     return EXIT_OK
 
 
+def check_harvest_config(cfg: HarvestConfig) -> None:
+    """Everything ``reaper`` checks of a resolved configuration before it connects anywhere: the
+    table name, the data source and its dialect, and the Kafka properties of every client
+    (librdkafka's verdict, named by YAML key). Raises :class:`ConfigError` (or another
+    :class:`~pyharvest.core.errors.HarvestError`) as ``reaper`` would."""
+    from pyharvest.bindings.kafka.preflight import check_properties
+    from pyharvest.bindings.sql.connect import resolve
+    from pyharvest.core.errors import KafkaPropertyError
+    from pyharvest.core.kafka_origins import explain_harvest_refusal
+    from pyharvest.core.neli import leader_client_configs
+    from pyharvest.core.sender import producer_config
+    from pyharvest.plugins.api import parse_table_name
+
+    parse_table_name(cfg.outbox_table)
+    resolve(cfg.data_source, cfg.binding)
+    consumer, heartbeats = leader_client_configs(
+        cfg.base_kafka_config, cfg.leader_group_id, cfg.limits.heartbeat_timeout  # type: ignore[arg-type]
+    )
+    try:
+        check_properties("producer", producer_config(cfg))
+        check_properties("heartbeat producer", heartbeats)
+        check_properties("leader consumer", consumer, consumer=True)
+    except KafkaPropertyError as e:
+        raise explain_harvest_refusal(e, cfg) from None
+
+
 # ---------------------------------------------------------------------- schema and init-db
 
 
@@ -137,9 +170,14 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def cmd_init_db(args: argparse.Namespace) -> int:
     from pyharvest.bindings.sql import create_outbox_table
+    from pyharvest.commands.files import outbox_target
 
-    create_outbox_table(args.data_source, args.table, args.binding, quarantine=args.quarantine, shards=args.shards)
-    print(f"outbox table {args.table!r} is ready at {mask_data_source(args.data_source)}")
+    target = outbox_target(args)
+    # From the file, the table is made ready for how it will be harvested.
+    shards = args.shards or (target.config.shards if target.config is not None else 1)
+    quarantine = args.quarantine or (target.config is not None and target.config.poison_policy == "quarantine")
+    create_outbox_table(target.data_source, target.table, target.binding, quarantine=quarantine, shards=shards)
+    print(f"outbox table {target.table!r} is ready at {mask_data_source(target.data_source)}")
     return EXIT_OK
 
 
@@ -166,17 +204,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run the harvester (the default: 'reaper -f reaper.yaml')")
+    run = sub.add_parser(
+        "run", help="run the harvester (the default: 'reaper -f reaper.yaml')",
+        description="Run the harvester of a goharvest-compatible reaper.yaml until SIGINT or SIGTERM: it joins "
+        "the leader group and, while it leads, publishes the outbox's records to Kafka in order per key and "
+        "deletes them. 'reaper -f reaper.yaml' is the same as 'reaper run -f reaper.yaml'. PYHARVEST_* "
+        "environment variables override the file's keys.",
+    )
     run.add_argument("-f", "--file", required=True, help="configuration file (goharvest's reaper.yaml format)")
     run.add_argument("--print-config", action="store_true", help="print the effective config (secrets masked) and exit")
     run.set_defaults(func=cmd_run)
 
-    init = sub.add_parser("init-db", help="create the outbox table (idempotent)")
-    init.add_argument("--data-source", required=True, help="SQLAlchemy URL (or a libpq key=value string)")
-    init.add_argument("--table", default="outbox", help="outbox table name, optionally schema-qualified")
+    init = sub.add_parser(
+        "init-db", help="create the outbox table (idempotent)",
+        description="Create the outbox table if it is missing: 'reaper init-db -f reaper.yaml' (its dataSource, "
+        "outboxTable, binding, shards and poisonPolicy) or 'reaper init-db --data-source URL'.",
+    )
+    add_file_argument(init, "the data source, table, binding, shards and poison policy")
+    init.add_argument("--data-source", help="SQLAlchemy URL (or a libpq key=value string); without -f, required")
+    init.add_argument("--table", help="outbox table name, optionally schema-qualified (default: outbox)")
     init.add_argument("--binding", default=None, help="dialect plugin (default: from the URL's scheme)")
     init.add_argument(
-        "--shards", type=_positive, default=1,
+        "--shards", type=_positive, default=None,
         help="also make the table ready to be harvested in this many shards: the key hash column and its index",
     )
     init.add_argument(
@@ -207,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_extras(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from pyharvest.commands.broker import register as register_broker
     from pyharvest.commands.inbox import register as register_inbox
     from pyharvest.commands.quarantine import register as register_quarantine
     from pyharvest.commands.verify import register as register_verify
@@ -216,10 +266,23 @@ def _register_extras(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     register_verify(sub)
     register_inbox(sub)
     register_quarantine(sub)
+    register_broker(sub)
 
 
 # Sub-commands that live in their own modules.
 _extra_commands: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [_register_extras]
+
+
+def _unknown_command(word: str, commands: set[str]) -> int:
+    import difflib
+
+    close = difflib.get_close_matches(word, sorted(commands), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return error_exit(
+        f"unknown command {word!r}; {hint}commands: {', '.join(sorted(commands))} "
+        "(or 'reaper -f reaper.yaml' to run the harvester)",
+        EXIT_USAGE,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -227,6 +290,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     commands = {name for a in parser._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices}
     if argv and argv[0] not in commands and argv[0] not in ("-h", "--help"):
+        if not argv[0].startswith("-"):
+            return _unknown_command(argv[0], commands)
         argv.insert(0, "run")  # goharvest's form: 'reaper -f reaper.yaml'
     try:
         args = parser.parse_args(argv)
@@ -235,12 +300,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    from pyharvest.bindings.kafka.logs import flush_librdkafka_logs
+
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # here, where a closed pipe can still be told apart from a failure
+        return code
+    except BrokenPipeError:
+        # The reader went away ('reaper verify | head'): what it did not read is not an error
+        # to report. Point stdout at nothing, so that the flush at exit does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         return EXIT_OK
     except Exception as e:  # noqa: BLE001 - one line for the operator; the traceback at debug level
+        flush_librdkafka_logs()
         return exception_exit(e)
+    finally:
+        flush_librdkafka_logs()
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -116,3 +117,196 @@ def test_init_db_is_idempotent(tmp_path):
     assert reaper("init-db", "--data-source", url).returncode == 0
     second = reaper("init-db", "--data-source", url)
     assert second.returncode == 0, second.stderr
+
+
+def test_a_duration_without_a_unit_names_the_key_and_the_units(tmp_path):
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text("harvest:\n  limits:\n    heartbeatTimeout: 5000\n")
+    result = reaper("-f", str(cfg))
+    assert result.returncode == 2
+    assert_one_line_error(result, "harvest.limits.heartbeatTimeout", "5000 has no unit", "'5000ms'", "'5000s'")
+
+
+def test_a_kafka_property_librdkafka_refuses_names_its_yaml_key(tmp_path):
+    db = tmp_path / "outbox.db"
+    assert reaper("init-db", "--data-source", f"sqlite:///{db}").returncode == 0
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text(
+        "harvest:\n"
+        f"  dataSource: sqlite:///{db}\n"
+        "  baseKafkaConfig:\n    bootstrap.servers: 127.0.0.1:9\n"
+        "  producerKafkaConfig:\n    delivery.timeout.ms: -5\n"
+    )
+    result = reaper("-f", str(cfg))
+    assert result.returncode == 2
+    assert_one_line_error(result, "harvest.producerKafkaConfig[delivery.timeout.ms]", "allowed range")
+
+
+@pytest.mark.kafka
+def test_a_derived_kafka_property_names_the_limit_it_comes_from(tmp_path, kafka_bootstrap):
+    db = tmp_path / "outbox.db"
+    assert reaper("init-db", "--data-source", f"sqlite:///{db}").returncode == 0
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text(
+        "harvest:\n"
+        f"  dataSource: sqlite:///{db}\n"
+        f"  baseKafkaConfig:\n    bootstrap.servers: {kafka_bootstrap}\n"
+        "  limits:\n    heartbeatTimeout: 5000s\n"
+    )
+    result = reaper("-f", str(cfg))
+    assert result.returncode == 2
+    assert_one_line_error(result, "harvest.limits.heartbeatTimeout", "session.timeout.ms", "allowed range")
+
+
+def librdkafka_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "pyharvest.librdkafka" in line]
+
+
+def write_inbox_yaml(tmp_path, bootstrap: str, extra: str = "") -> str:
+    cfg = tmp_path / "inbox.yaml"
+    cfg.write_text(
+        "inbox:\n"
+        f"  baseKafkaConfig:\n    bootstrap.servers: {bootstrap}\n{extra}"
+        "  groupID: billing\n"
+        "  topics: [payments]\n"
+        f"  dataSource: sqlite:///{tmp_path / 'inbox.db'}\n"
+    )
+    (tmp_path / "shop.py").write_text("def apply(tx, message):\n    pass\n")
+    return str(cfg)
+
+
+def test_inbox_with_an_unreachable_broker_fails_fast_in_one_line(tmp_path):
+    from pyharvest.bindings.kafka.embedded import free_port
+
+    cfg = write_inbox_yaml(tmp_path, f"127.0.0.1:{free_port()}")
+    result = subprocess.run(
+        [sys.executable, "-m", "pyharvest.cli", "inbox", "-f", cfg, "--handler", "shop:apply"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    assert_one_line_error(result, "cannot reach Kafka", "within 10s")
+    # librdkafka retried the connection hundreds of times: one line, then one count.
+    logged = librdkafka_lines(result.stderr)
+    assert 1 <= len(logged) <= 2, result.stderr
+    assert "Connection refused" in logged[0]
+
+
+def test_reaper_collapses_librdkafka_repeats(tmp_path):
+    from pyharvest.bindings.kafka.embedded import free_port
+
+    db = tmp_path / "outbox.db"
+    assert reaper("init-db", "--data-source", f"sqlite:///{db}").returncode == 0
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text(
+        f"harvest:\n  baseKafkaConfig:\n    bootstrap.servers: 127.0.0.1:{free_port()}\n  dataSource: sqlite:///{db}\n"
+    )
+    result = reaper("-f", str(cfg))
+    assert_one_line_error(result, "cannot reach Kafka")
+    logged = librdkafka_lines(result.stderr)
+    assert 1 <= len(logged) <= 2, result.stderr
+    if len(logged) == 2:
+        assert "more time" in logged[1]
+    # The count comes before the error, which is the last word.
+    assert result.stderr.rstrip().splitlines()[-1].startswith("reaper: error:")
+
+
+def test_inbox_names_the_key_of_a_kafka_property_librdkafka_refuses(tmp_path):
+    cfg = write_inbox_yaml(tmp_path, "127.0.0.1:9", "    session.timeout.ms: 15000000\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "pyharvest.cli", "inbox", "-f", cfg, "--handler", "shop:apply"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    assert_one_line_error(result, "inbox.baseKafkaConfig[session.timeout.ms]", "allowed range")
+
+
+@pytest.mark.parametrize(
+    ("harvest", "fragments"),
+    [
+        ("  outboxTable: \"out'box\"\n", ("outboxTable", "not a valid table name")),
+        ("  dataSource: nosuchdb://h/x\n", ("nosuchdb",)),
+        ("  limits:\n    heartbeatTimeout: 5000s\n", ("harvest.limits.heartbeatTimeout", "session.timeout.ms")),
+        ("  baseKafkaConfig:\n    acks: lots\n", ("harvest.baseKafkaConfig[acks]",)),
+    ],
+)
+def test_print_config_refuses_what_reaper_refuses(tmp_path, harvest, fragments):
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text(f"harvest:\n  dataSource: sqlite:///{tmp_path / 'x.db'}\n{harvest}")
+    printed = reaper("-f", str(cfg), "--print-config")
+    assert_one_line_error(printed, *fragments)
+    assert printed.stdout == ""
+
+
+@pytest.mark.parametrize("harvest", ["  outboxTable: \"out'box\"\n", "  dataSource: nosuchdb://h/x\n"])
+def test_print_config_and_reaper_refuse_with_the_same_line(tmp_path, harvest):
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text(f"harvest:\n  dataSource: sqlite:///{tmp_path / 'x.db'}\n{harvest}")
+    printed, run = reaper("-f", str(cfg), "--print-config"), reaper("-f", str(cfg))
+    assert_one_line_error(run)
+    assert printed.stderr.splitlines()[-1] == run.stderr.splitlines()[-1]
+
+
+def test_inbox_print_config_refuses_a_property_librdkafka_refuses(tmp_path):
+    cfg = write_inbox_yaml(tmp_path, "127.0.0.1:9", "    fetch.wait.max.ms: -1\n")
+    result = reaper("inbox", "-f", cfg, "--print-config")
+    assert result.returncode == 2
+    assert_one_line_error(result, "inbox.baseKafkaConfig[fetch.wait.max.ms]")
+
+
+def test_the_handler_is_imported_from_the_current_directory(tmp_path):
+    from pathlib import Path
+
+    from pyharvest.bindings.kafka.embedded import free_port
+
+    # The installed console script, not 'python -m' (which puts the current directory on the path itself).
+    script = Path(sys.executable).with_name("reaper")
+    cfg = write_inbox_yaml(tmp_path, f"127.0.0.1:{free_port()}")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run(
+        [str(script), "inbox", "-f", cfg, "--handler", "shop:apply"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env,
+    )
+    # It got past the import to the broker check.
+    assert "No module named" not in result.stderr
+    assert_one_line_error(result, "cannot reach Kafka")
+    missing = subprocess.run(
+        [str(script), "inbox", "-f", cfg, "--handler", "nosuchmodule:apply"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env,
+    )
+    assert_one_line_error(missing, "--handler", "nosuchmodule")
+
+
+def test_help_says_where_the_handler_is_imported_from():
+    result = reaper("inbox", "--help")
+    assert "current directory" in " ".join(result.stdout.split())
+
+
+def test_a_mistyped_command_is_unknown_with_a_close_match():
+    result = reaper("brokr")
+    assert result.returncode == 2
+    assert_one_line_error(result, "unknown command 'brokr'", "did you mean 'broker'?", "init-db")
+    assert "-f" not in result.stderr.split("(or")[0]  # not "-f is required"
+
+
+def test_a_postgres_url_gets_a_hint_to_write_postgresql_psycopg():
+    result = reaper("init-db", "--data-source", "postgres://app:secret@127.0.0.1:5432/app")
+    assert_one_line_error(result, "postgresql+psycopg://")
+    assert "secret" not in result.stderr
+
+
+def test_run_has_a_description():
+    result = reaper("run", "--help")
+    assert result.returncode == 0
+    assert "leader group" in result.stdout
+
+
+def test_a_reader_that_goes_away_is_no_broken_pipe_traceback():
+    # 'reaper schema … | head -1': the reader closes the pipe before reaper writes.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyharvest.cli", "schema", "--binding", "postgresql", "--statements"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.wait(60)
+    assert "BrokenPipeError" not in err and "Traceback" not in err and "Exception ignored" not in err, err

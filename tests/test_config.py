@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pyharvest import Config, ConfigError, Limits
@@ -71,7 +73,7 @@ def test_binding_key_is_accepted():
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("1s", 1.0), ("500ms", 0.5), ("1m30s", 90.0), ("2h", 7200.0), ("100us", 1e-4), ("0", 0.0), (3, 3.0), ("1.5s", 1.5)],
+    [("1s", 1.0), ("500ms", 0.5), ("1m30s", 90.0), ("2h", 7200.0), ("100us", 1e-4), ("0", 0.0), (0, 0.0), ("1.5s", 1.5)],
 )
 def test_durations(text, expected):
     assert parse_duration(text) == pytest.approx(expected)
@@ -130,3 +132,56 @@ def test_limits_from_python_are_validated():
         Limits(heartbeat_timeout=0).resolve()
     with pytest.raises(ConfigError, match="limits.maxPollInterval"):
         Limits(min_poll_interval=1.0, max_poll_interval=0.5).resolve()
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "field", "shown"),
+    [
+        ("harvest:\n  limits:\n    heartbeatTimeout: 5000\n", "harvest.limits.heartbeatTimeout", "5000"),
+        ("harvest:\n  limits:\n    queueTimeout: 1.5\n", "harvest.limits.queueTimeout", "1.5"),
+        ("harvest:\n  limits:\n    markBackoff: '10'\n", "harvest.limits.markBackoff", "10"),
+    ],
+)
+def test_a_duration_without_a_unit_is_refused_naming_the_key(yaml_text, field, shown):
+    with pytest.raises(ConfigError) as info:
+        ReaperConfig.from_yaml(yaml_text)
+    message = str(info.value)
+    assert message.startswith(f"{field}: {shown} has no unit")
+    assert f"'{shown}ms'" in message and f"'{shown}s'" in message
+
+
+def test_a_zero_duration_needs_no_unit():
+    limits = ReaperConfig.from_yaml("harvest:\n  limits:\n    markBackoff: 0\n    ioErrorBackoff: '0'\n").harvest.limits
+    assert (limits.mark_backoff, limits.io_error_backoff) == (0.0, 0.0)
+
+
+def test_inbox_and_metrics_durations_need_a_unit_too():
+    from pyharvest.bindings.ops.config import OpsConfig
+    from pyharvest.inbox import InboxFile
+
+    with pytest.raises(ConfigError, match=r"^inbox\.limits\.maxBatchDuration: 100 has no unit"):
+        InboxFile.from_mapping({"inbox": {"limits": {"maxBatchDuration": 100}}})
+    with pytest.raises(ConfigError, match=r"^metrics\.backlogInterval: 30 has no unit"):
+        OpsConfig.from_mapping({"backlogInterval": 30})
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "suggestion"),
+    [
+        ("harvest:\n  leaderGroupId: x\n", "did you mean 'leaderGroupID'?"),
+        ("harvest:\n  leader_group_id: x\n", "did you mean 'leaderGroupID'?"),
+        ("harvest:\n  outboxTabel: x\n", "did you mean 'outboxTable'?"),
+        ("harvest:\n  limits:\n    maxInflightRecords: 5\n", "did you mean 'maxInFlightRecords'?"),
+        ("harvset: {}\n", "did you mean 'harvest'?"),
+        ("logging:\n  levle: Info\nharvest: {}\n", "did you mean 'level'?"),
+    ],
+)
+def test_a_near_miss_key_gets_a_suggestion(yaml_text, suggestion):
+    with pytest.raises(ConfigError, match=re.escape(suggestion)):
+        ReaperConfig.from_yaml(yaml_text)
+
+
+def test_a_key_like_no_other_gets_no_suggestion():
+    with pytest.raises(ConfigError) as info:
+        ReaperConfig.from_yaml("harvest:\n  frobnicate: 1\n")
+    assert "did you mean" not in str(info.value) and "expected one of" in str(info.value)

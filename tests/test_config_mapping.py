@@ -93,8 +93,8 @@ def test_a_section_is_read_through_each_fields_reader_strings_by_default():
         ([1], r"^x: expected a mapping, got list$"),
         (
             {"groupId": "g"},
-            r"^x\.groupId: unknown key; expected one of: baseKafkaConfig, dataSource, groupID, limits, "
-            r"topics$",
+            r"^x\.groupId: unknown key; did you mean 'groupID'\? expected one of: baseKafkaConfig, dataSource, groupID, "
+            r"limits, topics$",
         ),
         ({"groupID": 7}, r"^x\.groupID: expected a string, got 7$"),
         ({"baseKafkaConfig": "acks=1"}, r"^x\.baseKafkaConfig: expected a mapping of Kafka properties, got 'acks=1'$"),
@@ -113,7 +113,8 @@ def test_a_section_error_names_the_key(data, message):
         (read_bool, False, "no", "expected true or false, got 'no'"),
         (read_whole_number, 3, True, "expected a whole number, got True"),
         (read_whole_number, 3, 3.0, "expected a whole number, got 3.0"),
-        (read_duration, 1.5, "1 s", "'1 s' is not a duration"),
+        (read_duration, 0, "1 s", "'1 s' is not a duration"),
+        (read_duration, 0, 1.5, "1.5 has no unit"),
         (read_kafka_properties, {"a": 1}, ["a"], "expected a mapping of Kafka properties, got ['a']"),
     ],
 )

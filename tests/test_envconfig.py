@@ -224,3 +224,5 @@ def test_the_generated_configuration_reference_covers_every_key(monkeypatch):
         assert f"| `{key}` |" in page, key
     assert "*undocumented*" not in page
     assert "PYHARVEST_HARVEST__LIMITS__MAXINFLIGHTRECORDS" in page
+    # The page is stored, so that links to it work outside the built site; it must be current.
+    assert module.stored_page_problem() is None, "run python docs/gen_config_reference.py --write"

@@ -276,6 +276,19 @@ def test_defaults_and_disabled_sections():
     assert start_ops_server(h, {"enabled": False, "port": 1}) is None
 
 
+@pytest.mark.parametrize(
+    ("address", "shown"),
+    [("0.0.0.0", "0.0.0.0:{port} (all interfaces)"), ("127.0.0.1", "127.0.0.1:{port}:")],  # noqa: S104
+)
+def test_the_start_up_line_names_the_address_it_listens_on(caplog, address, shown):
+    caplog.set_level("INFO", logger="pyharvest")
+    ops = start_ops_server(make(FakeBinding(), FakeKafka()), {"address": address, "port": 0})
+    try:
+        assert shown.format(port=ops.port) in caplog.text
+    finally:
+        ops.stop()
+
+
 def test_a_port_in_use_is_a_one_line_error():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 
@@ -12,6 +13,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 # NewTopic's documented import path; confluent_kafka.admin re-exports it without listing it in an __all__.
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from pyharvest.bindings.kafka.logs import librdkafka_logger
+from pyharvest.core.errors import KafkaPropertyError
 from pyharvest.core.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap, ProduceError, TopicError
 
 __all__ = ["ConfluentClients", "ConfluentLeaderConsumer", "ConfluentProducer", "delivery_error"]
@@ -61,8 +64,22 @@ def delivery_error(err: KafkaError) -> DeliveryError:
 
 
 def _client_config(config: KafkaConfigMap) -> dict[str, object]:
-    # librdkafka logs through stderr by default; route its logs into Python logging instead.
-    return {**config, "logger": logging.getLogger("pyharvest.librdkafka")}
+    # librdkafka logs through stderr by default; route its logs into Python logging instead,
+    # its repeats collapsed.
+    return {**config, "logger": librdkafka_logger()}
+
+
+_REFUSED_PROPERTY = re.compile(r'property:? "([^"]+)"')
+
+
+def refused_configuration(what: str, error: KafkaException) -> TopicError:
+    """The error for a client ``what`` ("producer", "consumer"...) whose configuration librdkafka
+    refused: a :class:`KafkaPropertyError` when it names the property, so that the caller can
+    name the key the value came from."""
+    detail = error.args[0].str().strip() if error.args and isinstance(error.args[0], KafkaError) else str(error)
+    message = f"invalid Kafka {what} configuration: {detail}"
+    found = _REFUSED_PROPERTY.search(detail)
+    return KafkaPropertyError(message, found.group(1), detail) if found else TopicError(message)
 
 
 class ConfluentProducer:
@@ -70,7 +87,7 @@ class ConfluentProducer:
         try:
             self._producer = Producer(_client_config(config))
         except KafkaException as e:
-            raise TopicError(f"invalid Kafka producer configuration: {e.args[0].str()}") from None
+            raise refused_configuration("producer", e) from None
 
     def produce(
         self,
@@ -123,7 +140,7 @@ class ConfluentLeaderConsumer:
         try:
             self._consumer = Consumer(cfg)
         except KafkaException as e:
-            raise TopicError(f"invalid Kafka consumer configuration: {e.args[0].str()}") from None
+            raise refused_configuration("consumer", e) from None
         self._closed = False
 
     def _on_stats(self, stats_json: str) -> None:
@@ -176,6 +193,15 @@ class ConfluentLeaderConsumer:
             self._consumer.close()
 
 
+def _admin(config: KafkaConfigMap) -> AdminClient:
+    admin_cfg = {k: v for k, v in config.items() if not k.startswith(("group.", "enable.auto", "auto.offset"))}
+    try:
+        # The stub admits only scalar values; librdkafka's Python clients also take a `logger`.
+        return AdminClient(_client_config(admin_cfg))  # type: ignore[arg-type]
+    except KafkaException as e:
+        raise refused_configuration("admin client", e) from None
+
+
 class ConfluentClients:
     """The default :class:`~pyharvest.core.kafka.KafkaClients`."""
 
@@ -187,9 +213,8 @@ class ConfluentClients:
 
     def topic_partitions(self, config: KafkaConfigMap, topic: str, timeout: float = 10.0) -> int:
         """How many partitions ``topic`` has (0 when it does not exist)."""
-        admin_cfg = {k: v for k, v in config.items() if not k.startswith(("group.", "enable.auto", "auto.offset"))}
+        admin = _admin(config)
         try:
-            admin = AdminClient(_client_config(admin_cfg))  # type: ignore[arg-type]
             found = admin.list_topics(topic, timeout=timeout).topics.get(topic)
         except KafkaException as e:
             raise TopicError(f"cannot read the metadata of topic {topic!r}: {e.args[0].str()}") from None
@@ -197,10 +222,8 @@ class ConfluentClients:
 
     def ensure_topic(self, config: KafkaConfigMap, topic: str, partitions: int = 1, timeout: float = 10.0) -> None:
         servers = config.get("bootstrap.servers")
-        admin_cfg = {k: v for k, v in config.items() if not k.startswith(("group.", "enable.auto", "auto.offset"))}
+        admin = _admin(config)
         try:
-            # The stub admits only scalar values; librdkafka's Python clients also take a `logger`.
-            admin = AdminClient(_client_config(admin_cfg))  # type: ignore[arg-type]
             metadata = admin.list_topics(timeout=timeout)
         except KafkaException as e:
             raise TopicError(

@@ -20,6 +20,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from pyharvest.bindings.kafka.logs import librdkafka_logger
 from pyharvest.inbox.checkpoints import TopicPartition
 from pyharvest.inbox.errors import InboxError, first_line
 from pyharvest.inbox.message import InboxMessage, delivery_id_for, source_identity
@@ -42,7 +43,7 @@ def inbox_consumer_config(base: Mapping[str, object], group_id: str) -> dict[str
             # Offsets live in the database; Kafka's are written for monitoring only.
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
-            "logger": logging.getLogger("pyharvest.librdkafka"),
+            "logger": librdkafka_logger(),
         }
     )
     return conf

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pyharvest.core.config_mapping import did_you_mean
 from pyharvest.core.durations import format_duration, parse_duration
 from pyharvest.core.errors import ConfigError
 
@@ -57,7 +58,9 @@ class OpsConfig:
         for key, value in data.items():
             where = f"{prefix}.{key}"
             if key not in METRICS_KEYS:
-                raise ConfigError(where, f"unknown key; expected one of: {', '.join(METRICS_KEYS)}")
+                raise ConfigError(
+                    where, f"unknown key; {did_you_mean(key, METRICS_KEYS)}expected one of: {', '.join(METRICS_KEYS)}"
+                )
             if value is None:
                 continue
             if key == "address":

@@ -162,7 +162,13 @@ class OpsServer:
         if self.backlog is not None:
             self.backlog.start()
         self._thread.start()
-        log.info("metrics and health on http://%s:%d/metrics, /healthz, /readyz", _host(self.address), self.port)
+        # Where it really listens: 0.0.0.0 is every interface, not only the loopback one.
+        bound = str(self._server.server_address[0])
+        everywhere = " (all interfaces)" if bound in ("0.0.0.0", "::") else ""  # noqa: S104
+        log.info(
+            "metrics and health listening on %s:%d%s: /metrics, /healthz, /readyz",
+            f"[{bound}]" if ":" in bound else bound, self.port, everywhere,
+        )
         return self
 
     @property

@@ -84,6 +84,10 @@ class Dialect:
             f"dialect {self.name!r} names no SQLAlchemy backend (pyharvest_url_backends) to compile its statements with"
         )
 
+    def url_hint(self, backend: str) -> str | None:
+        hint: str | None = self._hook.pyharvest_url_hint(backend=backend)
+        return hint
+
     def normalize_data_source(self, data_source: str) -> str | None:
         result: str | None = self._hook.pyharvest_normalize_data_source(data_source=data_source)
         return result
@@ -245,6 +249,13 @@ def dialect_for_backend(backend: str) -> str:
                 return name
         except BindingError:
             continue  # a broken third-party plugin must not hide a working one
+    for name in sorted(installed):
+        try:
+            hint = load_dialect(name).url_hint(backend)
+        except BindingError:
+            continue
+        if hint:
+            raise BindingError(f"no installed pyharvest dialect serves SQLAlchemy backend {backend!r}: {hint}")
     raise BindingError(
         f"no installed pyharvest dialect serves SQLAlchemy backend {backend!r}; installed dialects: "
         f"{', '.join(sorted(installed)) or '(none)'}. Name one explicitly (binding / --binding)"

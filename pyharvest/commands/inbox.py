@@ -7,7 +7,8 @@
     reaper inbox -f inbox.yaml --replay [--topic T] [--key K]     ask the owning consumers to replay them
 
 ``--handler`` names a callable ``handler(tx, message)`` as ``package.module:attribute``
-(the attribute may be dotted). The file's ``inbox:`` section is described in ``docs/inbox.md``.
+(the attribute may be dotted), imported from the current directory first, as uvicorn and
+celery do. The file's ``inbox:`` section is described in ``docs/inbox.md``.
 """
 
 from __future__ import annotations
@@ -30,12 +31,20 @@ log = logging.getLogger("pyharvest.reaper")
 
 
 def load_handler(spec: str) -> Any:
-    """Import ``package.module:attribute`` and return the attribute; ConfigError if it cannot."""
+    """Import ``package.module:attribute`` and return the attribute; ConfigError if it cannot.
+
+    The current directory is searched first, as uvicorn and celery do: a console script's
+    ``sys.path`` starts at its own folder, not at the application's."""
+    import os
+
     from pyharvest.core.errors import ConfigError
 
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError("--handler", f"expected 'package.module:function', got {spec!r}")
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as e:
@@ -52,14 +61,18 @@ def load_handler(spec: str) -> Any:
 
 def cmd_inbox(args: argparse.Namespace) -> int:
     from pyharvest.cli import setup_logging
+    from pyharvest.commands.files import read_file_sections
     from pyharvest.core.errors import ConfigError
     from pyharvest.inbox import Inbox, InboxFile, InboxTables
 
-    cfg = InboxFile.load(args.file)
+    # Environment overrides applied (PYHARVEST_INBOX__DATA_SOURCE=…): no password in the file or on the command line.
+    cfg = InboxFile.from_mapping(read_file_sections(args.file))
     inbox_cfg = cfg.inbox.resolve()
     setup_logging(cfg.logging.numeric_level, cfg.logging.json)
     if args.print_config:
         import yaml
+
+        check_inbox_config(inbox_cfg)
 
         print(yaml.safe_dump({"inbox": inbox_cfg.to_mapping(mask_secrets=True)}, sort_keys=False), end="")
         return EXIT_OK
@@ -92,7 +105,9 @@ def cmd_inbox(args: argparse.Namespace) -> int:
             engine.dispose()
     if not args.handler:
         raise ConfigError("--handler", "required to run the inbox: --handler package.module:function")
-    inbox = Inbox(inbox_cfg, load_handler(args.handler))
+    handler = load_handler(args.handler)
+    check_kafka(inbox_cfg)
+    inbox = Inbox(inbox_cfg, handler)
     stopping = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -109,6 +124,42 @@ def cmd_inbox(args: argparse.Namespace) -> int:
         for s, h in previous.items():
             signal.signal(s, h)
     return EXIT_OK
+
+
+def check_inbox_config(cfg: Any) -> None:
+    """What ``reaper inbox`` checks before it connects: the data source and its dialect, and
+    the consumer's Kafka properties (the tables' names ``resolve()`` checked already)."""
+    from pyharvest.bindings.kafka.inbox_consumer import inbox_consumer_config
+    from pyharvest.bindings.kafka.preflight import check_properties
+    from pyharvest.bindings.sql.connect import resolve
+    from pyharvest.core.errors import KafkaPropertyError
+    from pyharvest.core.kafka_origins import explain_refusal
+
+    resolve(cfg.data_source, cfg.binding)
+    try:
+        check_properties("consumer", inbox_consumer_config(cfg.base_kafka_config, cfg.group_id), consumer=True)
+    except KafkaPropertyError as e:
+        sections = [("inbox.baseKafkaConfig", cfg.base_kafka_config)]
+        raise explain_refusal(e, sections, {"group.id": "inbox.groupID"}) from None
+
+
+def check_kafka(cfg: Any) -> None:
+    """Fail fast, as ``reaper`` does, when librdkafka refuses the consumer's configuration
+    (naming the key) or no broker answers within the start-up deadline; warn of a topic that
+    does not exist yet (the consumer waits for it)."""
+    from pyharvest.bindings.kafka.inbox_consumer import inbox_consumer_config
+    from pyharvest.bindings.kafka.preflight import check_consumer
+    from pyharvest.core.errors import KafkaPropertyError
+    from pyharvest.core.kafka_origins import explain_refusal
+
+    try:
+        topics = check_consumer(inbox_consumer_config(cfg.base_kafka_config, cfg.group_id))
+    except KafkaPropertyError as e:
+        sections = [("inbox.baseKafkaConfig", cfg.base_kafka_config)]
+        raise explain_refusal(e, sections, {"group.id": "inbox.groupID"}) from None
+    missing = [t for t in cfg.topics if t not in topics]
+    if missing:
+        log.warning("topic(s) %s do not exist yet; the inbox consumes them once they do", ", ".join(missing))
 
 
 def _print_dead_letters(engine: Any, tables: Any, group_id: str, limit: int) -> int:
@@ -137,7 +188,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("-f", "--file", required=True, help="configuration file with an 'inbox:' section")
-    p.add_argument("--handler", help="the handler, as package.module:function")
+    p.add_argument(
+        "--handler", metavar="MODULE:FUNCTION",
+        help="the handler, as package.module:function, imported from the current directory first "
+        "(then PYTHONPATH and the installed packages)",
+    )
     p.add_argument("--print-config", action="store_true", help="print the effective config (secrets masked) and exit")
     p.add_argument("--init-db", action="store_true", help="create the inbox's tables (idempotent) and exit")
     p.add_argument("--dead-letters", action="store_true", help="list dead-lettered and parked messages and exit")

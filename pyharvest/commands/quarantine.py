@@ -1,8 +1,12 @@
 """``reaper quarantine``: inspect and release keys parked behind a poison record.
 
-    reaper quarantine list    --data-source URL [--table T] [--key K] [--json]
-    reaper quarantine replay  --data-source URL [--table T] --key K
-    reaper quarantine discard --data-source URL [--table T] --key K
+    reaper quarantine list    -f reaper.yaml [--key K] [--json]
+    reaper quarantine replay  -f reaper.yaml --key K
+    reaper quarantine discard -f reaper.yaml --key K
+
+``-f`` takes the data source, table and binding from the harvester's file (environment
+overrides applied), so that no password is on the command line; ``--data-source URL
+[--table T] [--binding B]`` give them instead, or override the file's.
 
 ``list`` shows each parked key, the outbox record Kafka refused, the error and the number of
 attempts. ``replay`` lifts the quarantine once the cause is fixed (topic created, size limit
@@ -20,6 +24,7 @@ import json
 from typing import TYPE_CHECKING
 
 from pyharvest.commands.exits import EXIT_OK, EXIT_USAGE, error_exit, exception_exit
+from pyharvest.commands.files import OutboxTarget, add_file_argument, outbox_target
 from pyharvest.core.config import mask_data_source
 from pyharvest.core.errors import HarvestError
 
@@ -29,10 +34,10 @@ if TYPE_CHECKING:
 __all__ = ["cmd_quarantine", "register"]
 
 
-def _binding(args: argparse.Namespace) -> SqlBinding:
+def _binding(target: OutboxTarget) -> SqlBinding:
     from pyharvest.bindings.sql import create_binding
 
-    return create_binding(args.data_source, args.table, args.binding)
+    return create_binding(target.data_source, target.table, target.binding)
 
 
 def cmd_quarantine(args: argparse.Namespace) -> int:
@@ -40,10 +45,11 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
     if action in ("replay", "discard") and not args.key:
         return error_exit("--key is required", EXIT_USAGE, f"reaper quarantine {action}")
     try:
-        binding = _binding(args)
+        target = outbox_target(args)
+        binding = _binding(target)
     except HarvestError as e:
         return exception_exit(e, "reaper quarantine")
-    where = f"outbox {args.table!r} at {mask_data_source(args.data_source)}"
+    where = f"outbox {target.table!r} at {mask_data_source(target.data_source)}"
     try:
         if action == "list":
             entries = binding.quarantined(args.key)
@@ -90,11 +96,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = subparsers.add_parser(
         "quarantine",
         help="list, replay or discard keys parked behind a poison record (poisonPolicy: quarantine)",
-        description=__doc__.split("\n\n")[2] if __doc__ else None,
+        description="\n\n".join(__doc__.split("\n\n")[2:4]) if __doc__ else None,
     )
     p.add_argument("action", choices=("list", "replay", "discard"), help="what to do")
-    p.add_argument("--data-source", required=True, help="SQLAlchemy URL (or a libpq key=value string)")
-    p.add_argument("--table", default="outbox", help="outbox table name, optionally schema-qualified")
+    add_file_argument(p, "the data source, table and binding")
+    p.add_argument("--data-source", help="SQLAlchemy URL (or a libpq key=value string); without -f, required")
+    p.add_argument("--table", help="outbox table name, optionally schema-qualified (default: outbox)")
     p.add_argument("--binding", default=None, help="dialect plugin (default: from the URL's scheme)")
     p.add_argument("--key", default=None, help="the key (required for replay and discard)")
     p.add_argument("--json", action="store_true", help="list: one JSON object per line")

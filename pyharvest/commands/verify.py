@@ -2,6 +2,11 @@
 
     reaper verify --bootstrap-servers localhost:9092 --topic orders --expected expected.jsonl
                   [--identity value|header:NAME] [--timeout 30]
+    reaper verify -f reaper.yaml --topic orders --expected expected.jsonl
+
+``-f`` reads Kafka's properties (``bootstrap.servers``, SASL, TLS) from the ``harvest:`` (or
+``inbox:``) section's ``baseKafkaConfig``, environment overrides applied, so that no password
+is on the command line; ``--bootstrap-servers`` overrides the file's.
 
 ``--expected`` is a JSON-lines file (``-`` for stdin), one object per stashed record, in
 the order the records were stashed (per key, the causal order)::
@@ -26,6 +31,7 @@ import sys
 from typing import IO, Any
 
 from pyharvest.commands.exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, error_exit
+from pyharvest.commands.files import add_file_argument
 from pyharvest.verify import VerifyError, parse_identity, verify_topic
 
 __all__ = ["cmd_verify", "read_expected", "register"]
@@ -68,9 +74,20 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 expected = read_expected(f, args.expected)
     except (OSError, ExpectedFileError, VerifyError) as e:
         return error_exit(str(e), EXIT_USAGE, "reaper verify")
+    properties: dict[str, object] = {}
+    if args.file:
+        from pyharvest.commands.files import kafka_properties
+
+        properties = kafka_properties(args.file)
+    servers = args.bootstrap_servers or properties.pop("bootstrap.servers", None)
+    properties.pop("bootstrap.servers", None)
+    if not servers:
+        return error_exit("give -f FILE (with bootstrap.servers) or --bootstrap-servers HOST:PORT", EXIT_USAGE,
+                          "reaper verify")
     try:
         report = verify_topic(
-            args.bootstrap_servers, args.topic, expected, identity=args.identity, timeout=args.timeout
+            str(servers), args.topic, expected, identity=args.identity, timeout=args.timeout,
+            consumer_config=properties,
         )
     except VerifyError as e:
         return error_exit(str(e), EXIT_FAILURE, "reaper verify")
@@ -99,7 +116,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT", help="Kafka bootstrap servers")
+    add_file_argument(p, "Kafka's properties (baseKafkaConfig)", "reaper.yaml or inbox.yaml")
+    p.add_argument("--bootstrap-servers", metavar="HOST:PORT", help="Kafka bootstrap servers; without -f, required")
     p.add_argument("--topic", required=True, help="the topic to read, from the beginning of every partition")
     p.add_argument(
         "--expected", required=True, metavar="FILE",

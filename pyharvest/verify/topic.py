@@ -46,6 +46,8 @@ def verify_topic(
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+    from pyharvest.bindings.kafka.logs import librdkafka_logger
+
     get_identity = parse_identity(identity)
     exp = [expected_pair(item, identity) for item in expected]
     config: dict[str, object] = {
@@ -54,6 +56,7 @@ def verify_topic(
         "enable.auto.commit": False,
         "enable.partition.eof": False,
         **(consumer_config or {}),
+        "logger": librdkafka_logger(),
     }
     consumer = Consumer(config)
     try:
