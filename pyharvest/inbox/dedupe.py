@@ -20,12 +20,13 @@ checkpoint are pruned.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
 from pyharvest.bindings.sql.bulk_insert import BulkInsert, Rows
+from pyharvest.inbox.message import InboxMessage
 from pyharvest.plugins.api import dialect_of
 
 __all__ = ["Dedupe", "Source"]
@@ -81,28 +82,21 @@ class Dedupe:
                 found.update((outbox, int(r[0])) for r in rows)
         return found
 
-    def remember(self, conn: sa.Connection, rows: list[dict[str, object]]) -> None:
-        """Insert applied identities: ``{"outbox", "record_id", "topic", "kafka_partition",
-        "kafka_offset"}`` each (the dialect's bulk writer, e.g. ``COPY``, else one executemany)."""
-        if not rows:
+    def remember(self, conn: sa.Connection, messages: Sequence[InboxMessage]) -> None:
+        """Insert the identities of the applied ``messages`` that have one (the dialect's bulk
+        writer, e.g. ``COPY``, else one executemany)."""
+        n = sum(1 for m in messages if m.source is not None)
+        if not n:
             return
         g = self.group_id
 
         def tuples() -> Iterator[tuple[object, ...]]:
-            for r in rows:
-                yield (g, r["outbox"], r["record_id"], r["topic"], r["kafka_partition"], r["kafka_offset"])
+            for m in messages:
+                source = m.source
+                if source is not None:
+                    yield (g, source[0], source[1], m.topic, m.partition, m.offset)
 
-        self._insert(conn, Rows(len(rows), tuples))  # made while written, not held in a list
-
-    @staticmethod
-    def row(source: Source, topic: str, partition: int, offset: int) -> dict[str, object]:
-        return {
-            "outbox": source[0],
-            "record_id": source[1],
-            "topic": topic,
-            "kafka_partition": partition,
-            "kafka_offset": offset,
-        }
+        self._insert(conn, Rows(n, tuples))  # made while written, not held in a list
 
     def prune(self, conn: sa.Connection, topic: str, partition: int, below_offset: int) -> int:
         if below_offset <= 0:
