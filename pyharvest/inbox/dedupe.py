@@ -64,7 +64,17 @@ class Dedupe:
                 ids, limit = t.record_id.in_(sa.bindparam("ids", expanding=True)), _CHUNK
             else:
                 ids, limit = dialect.list_filter(t.record_id, "ids"), dialect.capabilities.list_limit
-            stmt = sa.select(t.record_id).where(t.group_id == sa.bindparam("g"), t.outbox == sa.bindparam("o"), ids)
+            # The bounds change no answer. They keep the look-up an index range scan whatever
+            # the planner believes: PostgreSQL, without statistics on a young table, takes
+            # the id list for a filter and reads every identity of the group (measured: 120 ms
+            # instead of 6 ms for 5,000 ids among 200,000, growing with the table).
+            stmt = sa.select(t.record_id).where(
+                t.group_id == sa.bindparam("g"),
+                t.outbox == sa.bindparam("o"),
+                t.record_id >= sa.bindparam("lo"),
+                t.record_id <= sa.bindparam("hi"),
+                ids,
+            )
             found = self._lookups[conn.dialect.name] = (stmt, limit)
         return found
 
@@ -78,7 +88,9 @@ class Dedupe:
         for outbox, ids in by_outbox.items():
             step = limit or len(ids)
             for i in range(0, len(ids), step):
-                rows = conn.execute(stmt, {"g": self.group_id, "o": outbox, "ids": ids[i : i + step]})
+                chunk = ids[i : i + step]
+                params = {"g": self.group_id, "o": outbox, "lo": min(chunk), "hi": max(chunk), "ids": chunk}
+                rows = conn.execute(stmt, params)
                 found.update((outbox, int(r[0])) for r in rows)
         return found
 
