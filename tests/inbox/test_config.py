@@ -135,3 +135,17 @@ def test_inbox_takes_one_of_handler_and_batch_handler():
         Inbox(config)
     with pytest.raises(TypeError, match="batch_handler must be callable"):
         Inbox(config, batch_handler="apply_all")  # type: ignore[arg-type]
+
+
+def test_build_message_is_the_constructor_without_its_cost():
+    import dataclasses
+
+    from pyharvest.inbox import InboxMessage
+    from pyharvest.inbox.message import build_message
+
+    values = ("t", 3, 17, b"k", b"v", (("h", b"x"),), 1_700_000_000_000, ("o/outbox", 9), "d" * 32)
+    built = build_message(*values)
+    assert built == InboxMessage(*values) and hash(built) == hash(InboxMessage(*values))
+    assert dataclasses.astuple(built) == values
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.offset = 18  # type: ignore[misc]
