@@ -257,7 +257,7 @@ class Batches:
         conn = batch.conn
         if not self._bisecting:
             try:
-                handler(conn, todo)
+                handler(conn, list(todo))  # its own list: what it does to it changes nothing here
             except Exception as e:
                 if connection_lost(e):
                     raise
