@@ -2,6 +2,7 @@
 
     python -m benchmarks.inbox_bench                                   # PostgreSQL + embedded broker
     python -m benchmarks.inbox_bench --handler insert --messages 100000
+    python -m benchmarks.inbox_bench --handler batch-insert             # a batch handler
     python -m benchmarks.inbox_bench --database sqlite:///tmp/inbox.db
 
 A topic is filled first (every message carries the harvester's identity headers, so the
@@ -11,7 +12,11 @@ partitions' assignment to the last commit, so the group join is not counted. Han
 * ``noop``   — applies nothing itself: the cost of the inbox (dedupe lookups and inserts,
                fenced checkpoints, commits);
 * ``update`` — one ``UPDATE counters SET n = n + 1`` per message (a round trip each);
-* ``insert`` — one ``INSERT`` per message.
+* ``insert`` — one ``INSERT`` per message;
+* ``batch-insert`` — a batch handler: one row per message, the transaction's rows in one
+                     ``executemany``;
+* ``batch-copy``   — the same rows written with psycopg's ``COPY`` (PostgreSQL only): what a
+                     batch handler gains by leaving ``executemany`` behind.
 """
 
 from __future__ import annotations
@@ -91,7 +96,19 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     def insert(tx: sa.Connection, m: InboxMessage) -> None:
         tx.execute(add, {"delivery_id": m.delivery_id, "body": m.value})
 
-    handler = {"noop": noop, "update": update, "insert": insert}[args.handler]
+    def batch_insert(tx: sa.Connection, messages: list[InboxMessage]) -> None:
+        tx.execute(add, [{"delivery_id": m.delivery_id, "body": m.value} for m in messages])
+
+    def batch_copy(tx: sa.Connection, messages: list[InboxMessage]) -> None:
+        # The inbox's own transaction, on the driver's connection under SQLAlchemy's.
+        driver = tx.connection.driver_connection
+        statement = f"COPY {events.name} (delivery_id, body) FROM STDIN"
+        with driver.cursor() as cursor, cursor.copy(statement) as copy:  # type: ignore[union-attr]
+            for m in messages:
+                copy.write_row((m.delivery_id, m.value))
+
+    handlers = {"noop": noop, "update": update, "insert": insert}
+    batch_handlers = {"batch-insert": batch_insert, "batch-copy": batch_copy}
     try:
         with EmbeddedBroker() as broker:
             topic = f"{prefix}-in"
@@ -111,7 +128,10 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                 dead_letter_table=f"{prefix}_dl",
                 limits=InboxLimits(max_batch_size=args.batch_size, max_batch_duration=args.batch_duration),
             )
-            inbox = Inbox(config, handler).start()
+            if args.handler in batch_handlers:
+                inbox = Inbox(config, batch_handler=batch_handlers[args.handler]).start()
+            else:
+                inbox = Inbox(config, handlers[args.handler]).start()
             try:
                 while not inbox.stats.assigned:
                     inbox.join(0.01)
@@ -150,7 +170,7 @@ def main() -> None:
     p.add_argument("--database", default=DEFAULT_DATABASE)
     p.add_argument("--messages", type=int, default=200_000)
     p.add_argument("--partitions", type=int, default=4)
-    p.add_argument("--handler", choices=("noop", "update", "insert"), default="noop")
+    p.add_argument("--handler", choices=("noop", "update", "insert", "batch-insert", "batch-copy"), default="noop")
     p.add_argument("--batch-size", type=int, default=5000)
     p.add_argument("--batch-duration", type=float, default=0.5, help="seconds")
     args = p.parse_args()

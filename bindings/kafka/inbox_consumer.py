@@ -23,7 +23,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from pyharvest.bindings.kafka.logs import librdkafka_logger
 from pyharvest.inbox.checkpoints import TopicPartition
 from pyharvest.inbox.errors import InboxError, first_line
-from pyharvest.inbox.message import InboxMessage, delivery_id_for, source_identity
+from pyharvest.inbox.message import InboxMessage, build_message, delivery_id_for, source_identity
 from pyharvest.inbox.ports import RebalanceListener
 
 __all__ = ["ConfluentInboxConsumer", "inbox_consumer_config"]
@@ -106,7 +106,7 @@ class ConfluentInboxConsumer:
             source = source_identity(headers) if headers else None
             ts_type, ts = m.timestamp()
             out.append(
-                InboxMessage(
+                build_message(
                     topic,
                     partition,
                     offset,

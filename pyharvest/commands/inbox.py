@@ -1,6 +1,7 @@
 """``reaper inbox``: run the exactly-once consumer beside a service, and look after its dead letters.
 
     reaper inbox -f inbox.yaml --handler billing.inbox:apply      run until SIGINT/SIGTERM
+    reaper inbox -f inbox.yaml --batch-handler billing.inbox:apply_all   the same, a transaction's messages at once
     reaper inbox -f inbox.yaml --print-config                     the effective config, secrets masked
     reaper inbox -f inbox.yaml --init-db                          create the inbox's tables and exit
     reaper inbox -f inbox.yaml --dead-letters [--limit N]         list dead-lettered and parked messages
@@ -8,7 +9,8 @@
 
 ``--handler`` names a callable ``handler(tx, message)`` as ``package.module:attribute``
 (the attribute may be dotted), imported from the current directory first, as uvicorn and
-celery do. The file's ``inbox:`` section is described in ``docs/inbox.md``.
+celery do; ``--batch-handler`` one called as ``handler(tx, messages)``. The file's ``inbox:``
+section is described in ``docs/inbox.md``.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ __all__ = ["cmd_inbox", "load_handler", "main", "register"]
 log = logging.getLogger("pyharvest.reaper")
 
 
-def load_handler(spec: str) -> Any:
-    """Import ``package.module:attribute`` and return the attribute; ConfigError if it cannot.
+def load_handler(spec: str, option: str = "--handler") -> Any:
+    """Import ``package.module:attribute`` and return the attribute; ConfigError (naming
+    ``option``) if it cannot.
 
     The current directory is searched first, as uvicorn and celery do: a console script's
     ``sys.path`` starts at its own folder, not at the application's."""
@@ -41,21 +44,21 @@ def load_handler(spec: str) -> Any:
 
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ConfigError("--handler", f"expected 'package.module:function', got {spec!r}")
+        raise ConfigError(option, f"expected 'package.module:function', got {spec!r}")
     here = os.getcwd()
     if here not in sys.path and "" not in sys.path:
         sys.path.insert(0, here)
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as e:
-        raise ConfigError("--handler", f"cannot import {module_name!r}: {e}") from None
+        raise ConfigError(option, f"cannot import {module_name!r}: {e}") from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise ConfigError("--handler", f"{module_name!r} has no attribute {attr!r}") from None
+            raise ConfigError(option, f"{module_name!r} has no attribute {attr!r}") from None
     if not callable(obj):
-        raise ConfigError("--handler", f"{spec!r} is not callable")
+        raise ConfigError(option, f"{spec!r} is not callable")
     return obj
 
 
@@ -103,11 +106,16 @@ def cmd_inbox(args: argparse.Namespace) -> int:
             return EXIT_OK
         finally:
             engine.dispose()
-    if not args.handler:
-        raise ConfigError("--handler", "required to run the inbox: --handler package.module:function")
-    handler = load_handler(args.handler)
+    if bool(args.handler) == bool(args.batch_handler):
+        raise ConfigError(
+            "--handler",
+            "to run the inbox give one of --handler package.module:function (called per message) "
+            "and --batch-handler package.module:function (called per transaction)",
+        )
+    batch_handler = load_handler(args.batch_handler, "--batch-handler") if args.batch_handler else None
+    handler = load_handler(args.handler) if args.handler else None
     check_kafka(inbox_cfg)
-    inbox = Inbox(inbox_cfg, handler)
+    inbox = Inbox(inbox_cfg, handler, batch_handler=batch_handler)
     stopping = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -192,6 +200,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--handler", metavar="MODULE:FUNCTION",
         help="the handler, as package.module:function, imported from the current directory first "
         "(then PYTHONPATH and the installed packages)",
+    )
+    p.add_argument(
+        "--batch-handler", metavar="MODULE:FUNCTION",
+        help="instead of --handler: one given a transaction's messages, package.module:function "
+        "(imported as --handler is)",
     )
     p.add_argument("--print-config", action="store_true", help="print the effective config (secrets masked) and exit")
     p.add_argument("--init-db", action="store_true", help="create the inbox's tables (idempotent) and exit")

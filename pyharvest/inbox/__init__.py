@@ -16,13 +16,14 @@ from pyharvest.inbox.config import ERROR_POLICIES, InboxConfig, InboxFile, Inbox
 from pyharvest.inbox.deadletters import DeadLetter, list_dead_letters, request_replay
 from pyharvest.inbox.errors import HandlerError, InboxError
 from pyharvest.inbox.message import OUTBOX_HEADER, RECORD_ID_HEADER, InboxMessage, delivery_id_for, source_identity
-from pyharvest.inbox.runner import Handler, Inbox, InboxStats
+from pyharvest.inbox.runner import BatchHandler, Handler, Inbox, InboxStats
 from pyharvest.inbox.tables import InboxTables
 
 __all__ = [
     "ERROR_POLICIES",
     "OUTBOX_HEADER",
     "RECORD_ID_HEADER",
+    "BatchHandler",
     "DeadLetter",
     "Handler",
     "HandlerError",

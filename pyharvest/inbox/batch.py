@@ -16,6 +16,12 @@ Handler failures under ``errorPolicy``:
 * ``dead-letter``: roll back and apply the same messages again in a new transaction, with the
   failing one stored as a dead letter instead of applied (and its key parked from then on):
   the effects of the messages before it were rolled back with the failure.
+
+With a batch handler the messages that pass dedupe and parking are gathered and handed to it
+at commit, all of a transaction's at once. If it raises, which message failed is unknown: the
+transaction rolls back and is applied again with the handler's part done by
+:func:`~pyharvest.inbox.bisection.first_failure` (halves in savepoints), which names the
+failing message; from there the error policy goes on as for a per-message handler.
 """
 
 from __future__ import annotations
@@ -29,18 +35,19 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
+from pyharvest.inbox.bisection import first_failure
 from pyharvest.inbox.checkpoints import Checkpoints, TopicPartition
 from pyharvest.inbox.deadletters import DeadLetters, describe_error, key_hash
 from pyharvest.inbox.dedupe import Dedupe, Source
 from pyharvest.inbox.errors import HandlerError, first_line
 from pyharvest.inbox.message import InboxMessage
 from pyharvest.inbox.partitions import Partitions
-from pyharvest.inbox.ports import Handler, InboxConsumer
+from pyharvest.inbox.ports import BatchHandler, Handler, InboxConsumer
 from pyharvest.inbox.recovery import connection_lost
 from pyharvest.inbox.stats import Counters
 from pyharvest.inbox.tables import DEAD, PARKED
 
-__all__ = ["Batch", "Batches", "HandlerFailedError"]
+__all__ = ["Batch", "BatchFailedError", "Batches", "HandlerFailedError"]
 
 log = logging.getLogger("pyharvest.inbox")
 
@@ -55,9 +62,11 @@ class Batch:
     messages: list[InboxMessage] = field(default_factory=list)
     positions: dict[TopicPartition, int] = field(default_factory=dict)
     seen: set[Source] = field(default_factory=set)
-    identities: list[dict[str, object]] = field(default_factory=list)
+    #: Applied messages; the identities of those from a harvester are remembered at commit.
+    done: list[InboxMessage] = field(default_factory=list)
+    #: With a batch handler: the messages it applies at commit, in arrival order.
+    todo: list[InboxMessage] = field(default_factory=list)
     parked_added: dict[TopicPartition, set[str]] = field(default_factory=dict)
-    applied: int = 0
     duplicates: int = 0
     dead: int = 0
     parked: int = 0
@@ -72,14 +81,24 @@ class HandlerFailedError(Exception):
         self.error = error
 
 
+class BatchFailedError(Exception):
+    """The batch handler raised on ``count`` messages, on which one is not known yet."""
+
+    def __init__(self, count: int, error: Exception) -> None:
+        super().__init__(count, error)
+        self.count = count
+        self.error = error
+
+
 class Batches:
     """The open batch (at most one), and the messages waiting to be applied again (:attr:`redo`)."""
 
     def __init__(
         self,
         engine: sa.Engine,
-        handler: Handler,
+        handler: Handler | None,
         *,
+        batch_handler: BatchHandler | None = None,
         partitions: Partitions,
         checkpoints: Checkpoints,
         dedupe: Dedupe,
@@ -97,8 +116,15 @@ class Batches:
         # as a dead letter when the batch is applied again. Cleared when a batch commits, and
         # after a database error (the outage may have been why the handler failed).
         self._forced_dead: dict[tuple[TopicPartition, int], str] = {}
+        # A batch handler failed in this batch: apply it again bisecting (whole_failed: the
+        # whole list failed last time, so start with its halves). Cleared as _forced_dead is.
+        self._bisecting = False
+        self._whole_failed = False
+        if (handler is None) == (batch_handler is None):
+            raise ValueError("give either a handler or a batch handler")
         self._engine = engine
         self._handler = handler
+        self._batch_handler = batch_handler
         self._partitions = partitions
         self._checkpoints = checkpoints
         self._dedupe = dedupe
@@ -120,22 +146,38 @@ class Batches:
                 self._apply(batch, pending)
                 return
             except HandlerFailedError as h:
-                everything = batch.messages
-                self.rollback()
-                if self._stop_on_error:
-                    raise HandlerError(h.message, h.error) from h.error
-                m = h.message
-                log.warning(
-                    "handler failed on %s[%d]@%d (delivery %s): %s: %s; dead-lettered",
-                    m.topic,
-                    m.partition,
-                    m.offset,
-                    m.delivery_id,
-                    type(h.error).__name__,
-                    first_line(h.error),
-                )
-                self._forced_dead[((m.topic, m.partition), m.offset)] = describe_error(h.error)
-                pending = everything
+                pending = self._failed(h)
+
+    def _failed(self, failure: HandlerFailedError | BatchFailedError) -> list[InboxMessage]:
+        """Roll the open batch back after a handler failure; return its messages, to be
+        applied again (under ``stop``, raise :class:`HandlerError` once the message is known)."""
+        assert self.open is not None
+        everything = self.open.messages
+        self.rollback()
+        error = failure.error
+        if isinstance(failure, BatchFailedError):
+            log.info(
+                "batch handler failed on %d message(s) (%s: %s); applying them again in savepoints to find which",
+                failure.count,
+                type(error).__name__,
+                first_line(error),
+            )
+            self._bisecting = self._whole_failed = True
+            return everything
+        m = failure.message
+        if self._stop_on_error:
+            raise HandlerError(m, error) from error
+        log.warning(
+            "handler failed on %s[%d]@%d (delivery %s): %s: %s; dead-lettered",
+            m.topic,
+            m.partition,
+            m.offset,
+            m.delivery_id,
+            type(error).__name__,
+            first_line(error),
+        )
+        self._forced_dead[((m.topic, m.partition), m.offset)] = describe_error(error)
+        return everything
 
     def apply_redo(self) -> None:
         if self.redo:
@@ -161,42 +203,77 @@ class Batches:
         known = self._dedupe.applied(conn, wanted) if wanted else set()
         owned = self._partitions.owned
         handler = self._handler
+        todo = batch.todo if handler is None else None
+        done = batch.done
         forced_dead = self._forced_dead
         positions = batch.positions
+        parked_added = batch.parked_added
+        # Whether any key is parked: most of the time none is, and no key needs hashing.
+        parking = bool(parked_added) or any(o.parked for o in owned.values())
+        duplicates = 0
         for m in messages:
             tp = (m.topic, m.partition)
             positions[tp] = m.offset + 1
             source = m.source
             if source is not None and (source in seen or source in known):
-                batch.duplicates += 1
+                duplicates += 1
                 continue
-            if m.key is not None:
-                parked, added = owned[tp].parked, batch.parked_added.get(tp)
-                if parked or added:
-                    kh = key_hash(m.key)
-                    if kh in parked or (added is not None and kh in added):
-                        self._dead_letters.store(conn, m, PARKED, None, kh)
-                        batch.parked += 1
-                        continue
+            if parking and m.key is not None:
+                parked, added = owned[tp].parked, parked_added.get(tp)
+                kh = key_hash(m.key)
+                if kh in parked or (added is not None and kh in added):
+                    self._dead_letters.store(conn, m, PARKED, None, kh)
+                    batch.parked += 1
+                    continue
             if forced_dead:
                 error = forced_dead.get((tp, m.offset))
                 if error is not None:
                     kh = key_hash(m.key)
                     self._dead_letters.store(conn, m, DEAD, error, kh)
                     if kh is not None:
-                        batch.parked_added.setdefault(tp, set()).add(kh)
+                        parked_added.setdefault(tp, set()).add(kh)
+                        parking = True
                     batch.dead += 1
                     continue
+            if source is not None:
+                seen.add(source)
+            if todo is not None:
+                todo.append(m)  # applied at commit, with the rest of the transaction's
+                continue
             try:
-                handler(conn, m)
+                handler(conn, m)  # type: ignore[misc]  # None only with a batch handler
             except Exception as e:
                 if connection_lost(e):
                     raise
                 raise HandlerFailedError(m, e) from e
-            batch.applied += 1
-            if source is not None:
-                seen.add(source)
-                batch.identities.append(Dedupe.row(source, m.topic, m.partition, m.offset))
+            done.append(m)
+        batch.duplicates += duplicates
+
+    def _apply_gathered(self, batch: Batch) -> None:
+        """With a batch handler: apply what the transaction gathered, at its commit."""
+        todo, batch.todo = batch.todo, []
+        handler = self._batch_handler
+        assert handler is not None
+        conn = batch.conn
+        if not self._bisecting:
+            try:
+                handler(conn, list(todo))  # its own list: what it does to it changes nothing here
+            except Exception as e:
+                if connection_lost(e):
+                    raise
+                raise BatchFailedError(len(todo), e) from e
+        else:
+            # Savepoints need a transaction begun by a write (pysqlite begins one only then,
+            # and releasing a savepoint that began it would commit it): lock the fences,
+            # which the commit does anyway.
+            owned = self._partitions.owned
+            for tp in sorted(batch.positions):
+                self._checkpoints.verify(conn, tp, owned[tp].fence)
+            found = first_failure(conn, handler, todo, known_to_fail=self._whole_failed)
+            self._whole_failed = False
+            if found is not None:
+                raise HandlerFailedError(todo[found[0]], found[1]) from found[1]
+        batch.done.extend(todo)
 
     # ------------------------------------------------------------------ ending a transaction
 
@@ -205,7 +282,13 @@ class Batches:
         owned = self._partitions.owned
         while (batch := self.open) is not None:
             conn = batch.conn
-            self._dedupe.remember(conn, batch.identities)
+            if batch.todo:
+                try:
+                    self._apply_gathered(batch)
+                except (HandlerFailedError, BatchFailedError) as failure:
+                    self.apply(self._failed(failure))
+                    continue
+            self._dedupe.remember(conn, batch.done)
             # The fenced moves come last: each holds its checkpoint row's lock until the
             # commit, so a claimant of the partition waits for no more than the commit itself.
             lost = [
@@ -228,13 +311,14 @@ class Batches:
             conn.close()
             self.open = None
             self._forced_dead.clear()
+            self._bisecting = self._whole_failed = False
             for tp, pos in batch.positions.items():
                 o = owned[tp]
                 o.committed = pos
                 o.parked.update(batch.parked_added.get(tp, ()))
             self._counters.add(
                 commits=1,
-                applied=batch.applied,
+                applied=len(batch.done),
                 duplicates_dropped=batch.duplicates,
                 dead_lettered=batch.dead,
                 parked=batch.parked,
@@ -272,6 +356,7 @@ class Batches:
     def forget_failures(self) -> None:
         """Give every message whose handler failed in this batch another go."""
         self._forced_dead.clear()
+        self._bisecting = self._whole_failed = False
 
     # ------------------------------------------------------------------ partitions
 

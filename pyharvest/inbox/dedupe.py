@@ -20,12 +20,13 @@ checkpoint are pruned.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
 from pyharvest.bindings.sql.bulk_insert import BulkInsert, Rows
+from pyharvest.inbox.message import InboxMessage
 from pyharvest.plugins.api import dialect_of
 
 __all__ = ["Dedupe", "Source"]
@@ -63,7 +64,17 @@ class Dedupe:
                 ids, limit = t.record_id.in_(sa.bindparam("ids", expanding=True)), _CHUNK
             else:
                 ids, limit = dialect.list_filter(t.record_id, "ids"), dialect.capabilities.list_limit
-            stmt = sa.select(t.record_id).where(t.group_id == sa.bindparam("g"), t.outbox == sa.bindparam("o"), ids)
+            # The bounds change no answer. They keep the look-up an index range scan whatever
+            # the planner believes: PostgreSQL, without statistics on a young table, takes
+            # the id list for a filter and reads every identity of the group (measured: 120 ms
+            # instead of 6 ms for 5,000 ids among 200,000, growing with the table).
+            stmt = sa.select(t.record_id).where(
+                t.group_id == sa.bindparam("g"),
+                t.outbox == sa.bindparam("o"),
+                t.record_id >= sa.bindparam("lo"),
+                t.record_id <= sa.bindparam("hi"),
+                ids,
+            )
             found = self._lookups[conn.dialect.name] = (stmt, limit)
         return found
 
@@ -77,32 +88,27 @@ class Dedupe:
         for outbox, ids in by_outbox.items():
             step = limit or len(ids)
             for i in range(0, len(ids), step):
-                rows = conn.execute(stmt, {"g": self.group_id, "o": outbox, "ids": ids[i : i + step]})
+                chunk = ids[i : i + step]
+                params = {"g": self.group_id, "o": outbox, "lo": min(chunk), "hi": max(chunk), "ids": chunk}
+                rows = conn.execute(stmt, params)
                 found.update((outbox, int(r[0])) for r in rows)
         return found
 
-    def remember(self, conn: sa.Connection, rows: list[dict[str, object]]) -> None:
-        """Insert applied identities: ``{"outbox", "record_id", "topic", "kafka_partition",
-        "kafka_offset"}`` each (the dialect's bulk writer, e.g. ``COPY``, else one executemany)."""
-        if not rows:
+    def remember(self, conn: sa.Connection, messages: Sequence[InboxMessage]) -> None:
+        """Insert the identities of the applied ``messages`` that have one (the dialect's bulk
+        writer, e.g. ``COPY``, else one executemany)."""
+        n = sum(1 for m in messages if m.source is not None)
+        if not n:
             return
         g = self.group_id
 
         def tuples() -> Iterator[tuple[object, ...]]:
-            for r in rows:
-                yield (g, r["outbox"], r["record_id"], r["topic"], r["kafka_partition"], r["kafka_offset"])
+            for m in messages:
+                source = m.source
+                if source is not None:
+                    yield (g, source[0], source[1], m.topic, m.partition, m.offset)
 
-        self._insert(conn, Rows(len(rows), tuples))  # made while written, not held in a list
-
-    @staticmethod
-    def row(source: Source, topic: str, partition: int, offset: int) -> dict[str, object]:
-        return {
-            "outbox": source[0],
-            "record_id": source[1],
-            "topic": topic,
-            "kafka_partition": partition,
-            "kafka_offset": offset,
-        }
+        self._insert(conn, Rows(n, tuples))  # made while written, not held in a list
 
     def prune(self, conn: sa.Connection, topic: str, partition: int, below_offset: int) -> int:
         if below_offset <= 0:

@@ -15,11 +15,19 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from pyharvest.core.identity import OUTBOX_HEADER, RECORD_ID_HEADER
 
-__all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "InboxMessage", "MessageHeader", "delivery_id_for", "source_identity"]
+__all__ = [
+    "OUTBOX_HEADER",
+    "RECORD_ID_HEADER",
+    "InboxMessage",
+    "MessageHeader",
+    "build_message",
+    "delivery_id_for",
+    "source_identity",
+]
 
 
 #: A header as Kafka delivers it: raw bytes, or None for a null value. Not an outbox record's
@@ -96,3 +104,39 @@ class InboxMessage:
             f"InboxMessage(topic={self.topic!r}, partition={self.partition}, offset={self.offset}, "
             f"key={self.key_text!r}, source={self.source!r}, delivery_id={self.delivery_id!r})"
         )
+
+
+_FIELDS = ("topic", "partition", "offset", "key", "value", "headers", "timestamp_ms", "source", "delivery_id")
+if tuple(f.name for f in fields(InboxMessage)) != _FIELDS:  # pragma: no cover - caught by any test run
+    raise AssertionError("build_message() sets InboxMessage's fields by name: update it with them")
+_new = object.__new__
+_set_topic, _set_partition, _set_offset, _set_key, _set_value, _set_headers, _set_ts, _set_source, _set_delivery = (
+    InboxMessage.__dict__[name].__set__ for name in _FIELDS
+)
+
+
+def build_message(
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: tuple[MessageHeader, ...],
+    timestamp_ms: int | None,
+    source: tuple[str, int] | None,
+    delivery_id: str,
+) -> InboxMessage:
+    """``InboxMessage(...)`` for the consumer, which builds one per message: the frozen
+    dataclass's ``__init__`` sets each field through ``object.__setattr__``, which costs
+    about twice what setting its slots directly does (measured: 1.2 µs against 0.6 µs)."""
+    m = _new(InboxMessage)
+    _set_topic(m, topic)
+    _set_partition(m, partition)
+    _set_offset(m, offset)
+    _set_key(m, key)
+    _set_value(m, value)
+    _set_headers(m, headers)
+    _set_ts(m, timestamp_ms)
+    _set_source(m, source)
+    _set_delivery(m, delivery_id)
+    return m

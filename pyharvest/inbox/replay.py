@@ -8,6 +8,10 @@ together; copies already applied are deleted without being applied again. If one
 again, the transaction is redone without its effects: the messages before it stay applied,
 it becomes the key's dead letter with the new error, the key stays parked and the request
 is cleared. See :mod:`pyharvest.inbox.deadletters` for how replay is requested.
+
+A batch handler gets the key's messages in one call. If it raises, the transaction is redone
+finding the failing message by bisection in savepoints
+(:func:`~pyharvest.inbox.bisection.first_failure`), and then redone once more without it.
 """
 
 from __future__ import annotations
@@ -16,15 +20,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Literal
 
 import sqlalchemy as sa
 
+from pyharvest.inbox.bisection import first_failure
 from pyharvest.inbox.checkpoints import Checkpoints, TopicPartition
 from pyharvest.inbox.deadletters import DeadLetter, DeadLetters, describe_error
 from pyharvest.inbox.dedupe import Dedupe
 from pyharvest.inbox.errors import first_line
+from pyharvest.inbox.message import InboxMessage
 from pyharvest.inbox.partitions import Partitions
-from pyharvest.inbox.ports import Handler
+from pyharvest.inbox.ports import BatchHandler, Handler
 from pyharvest.inbox.recovery import connection_lost
 from pyharvest.inbox.stats import Counters
 
@@ -34,6 +41,8 @@ log = logging.getLogger("pyharvest.inbox")
 
 #: Where a replay failed: the failing message's index among the key's letters, and its error.
 _Failure = tuple[int, str]
+#: The batch handler failed, on which message is not known yet.
+_Unlocated = Literal["unlocated"]
 
 
 class Replayer:
@@ -42,8 +51,9 @@ class Replayer:
     def __init__(
         self,
         engine: sa.Engine,
-        handler: Handler,
+        handler: Handler | None,
         *,
+        batch_handler: BatchHandler | None = None,
         partitions: Partitions,
         checkpoints: Checkpoints,
         dedupe: Dedupe,
@@ -55,6 +65,7 @@ class Replayer:
     ) -> None:
         self._engine = engine
         self._handler = handler
+        self._batch_handler = batch_handler
         self._partitions = partitions
         self._checkpoints = checkpoints
         self._dedupe = dedupe
@@ -81,17 +92,23 @@ class Replayer:
         """Apply a key's stored messages in order, in one fenced transaction (again without
         the failing one's effects, if one fails)."""
         failure: _Failure | None = None
+        bisect = False
         while True:
             owned = self._partitions.owned.get(tp)
             if owned is None:
                 return
             with self._engine.connect() as conn, conn.begin() as txn:
+                # Also the transaction's first write: savepoints (bisecting) nest inside it.
                 if not self._checkpoints.verify(conn, tp, owned.fence):
                     txn.rollback()
                     self._drop([tp], "another consumer took it over (its fence moved)")
                     return
                 letters = self._dead_letters.load(conn, tp[0], tp[1], khash)
-                outcome = self._replay_letters(conn, letters, failure)
+                outcome = self._replay_letters(conn, letters, failure, bisect)
+                if isinstance(outcome, str):  # "unlocated"
+                    txn.rollback()
+                    bisect = True
+                    continue
                 if isinstance(outcome, tuple):
                     txn.rollback()
                     failure = outcome
@@ -107,35 +124,69 @@ class Replayer:
             return
 
     def _replay_letters(
-        self, conn: sa.Connection, letters: list[DeadLetter], failure: _Failure | None
-    ) -> int | _Failure:
+        self, conn: sa.Connection, letters: list[DeadLetter], failure: _Failure | None, bisect: bool
+    ) -> int | _Failure | _Unlocated:
         """Apply ``letters`` up to ``failure`` (if known); returns how many were applied, or
-        the new failure, which leaves the transaction to be rolled back."""
-        sources = {L.message.source for L in letters if L.message.source is not None}
+        the new failure (located or not), which leaves the transaction to be rolled back."""
+        end = len(letters) if failure is None else failure[0]
+        sources = {L.message.source for L in letters[:end] if L.message.source is not None}
         known = self._dedupe.applied(conn, sources) if sources else set()
         done: list[int] = []
-        identities: list[dict[str, object]] = []
-        applied = 0
-        for i, letter in enumerate(letters):
+        todo: list[tuple[int, InboxMessage]] = []
+        for i, letter in enumerate(letters[:end]):
             m = letter.message
-            if failure is not None and i == failure[0]:
-                self._dead_letters.fail_again(conn, letter, failure[1], [x.id for x in letters[i + 1 :]])
-                break
-            if m.source is not None and m.source in known:
-                done.append(letter.id)
-                continue
-            try:
-                self._handler(conn, m)
-            except Exception as e:
-                if connection_lost(e):
-                    raise
-                log.warning("replayed message %r failed again: %s: %s", m, type(e).__name__, first_line(e))
-                return (i, describe_error(e))
             done.append(letter.id)
-            applied += 1
             if m.source is not None:
+                if m.source in known:
+                    continue  # a copy of a message applied already: deleted, not applied
                 known.add(m.source)
-                identities.append(Dedupe.row(m.source, m.topic, m.partition, m.offset))
+            todo.append((i, m))
+        outcome = self._apply(conn, todo, bisect, known_to_fail=failure is None)
+        if outcome is not None:
+            return outcome
+        if failure is not None:
+            i, error = failure
+            self._dead_letters.fail_again(conn, letters[i], error, [x.id for x in letters[i + 1 :]])
         self._dead_letters.delete(conn, done)
-        self._dedupe.remember(conn, identities)
-        return applied
+        self._dedupe.remember(conn, [m for _, m in todo])
+        return len(todo)
+
+    def _apply(
+        self, conn: sa.Connection, todo: list[tuple[int, InboxMessage]], bisect: bool, known_to_fail: bool
+    ) -> _Failure | _Unlocated | None:
+        """Apply ``todo`` (letter index, message) with the handler; None if all applied."""
+        located: tuple[int, InboxMessage, Exception] | None = None
+        if self._handler is not None:
+            for i, m in todo:
+                try:
+                    self._handler(conn, m)
+                except Exception as error:
+                    if connection_lost(error):
+                        raise
+                    located = i, m, error
+                    break
+        elif todo:
+            handler = self._batch_handler
+            assert handler is not None
+            messages = [m for _, m in todo]
+            if not bisect:
+                try:
+                    handler(conn, messages)
+                except Exception as error:
+                    if connection_lost(error):
+                        raise
+                    log.info(
+                        "replayed messages failed again (%s: %s); finding which",
+                        type(error).__name__,
+                        first_line(error),
+                    )
+                    return "unlocated"
+            else:
+                found = first_failure(conn, handler, messages, known_to_fail=known_to_fail)
+                if found is not None:
+                    located = (*todo[found[0]], found[1])
+        if located is None:
+            return None
+        i, m, e = located
+        log.warning("replayed message %r failed again: %s: %s", m, type(e).__name__, first_line(e))
+        return i, describe_error(e)

@@ -10,7 +10,8 @@ Failures and what they cost:
 
 * handler raises, ``stop``: roll back, stop; :meth:`Inbox.join` raises :class:`HandlerError`.
 * handler raises, ``dead-letter``: roll back, apply the batch again from memory with the
-  failing message stored as a dead letter instead (its key parks from then on).
+  failing message stored as a dead letter instead (its key parks from then on). A batch
+  handler's failing message is found first, by bisection in savepoints.
 * the fence moved (another consumer took a partition over): roll back, drop the partition,
   apply the rest of the batch again.
 * the database fails: roll back, back off, read the checkpoints again (a commit whose
@@ -50,13 +51,13 @@ from pyharvest.inbox.dedupe import Dedupe
 from pyharvest.inbox.errors import HandlerError, first_line
 from pyharvest.inbox.loop import ConsumeLoop
 from pyharvest.inbox.partitions import Partitions
-from pyharvest.inbox.ports import Handler, InboxConsumer
+from pyharvest.inbox.ports import BatchHandler, Handler, InboxConsumer
 from pyharvest.inbox.recovery import Recovery
 from pyharvest.inbox.replay import Replayer
 from pyharvest.inbox.stats import Counters, InboxStats
 from pyharvest.inbox.tables import InboxTables
 
-__all__ = ["Handler", "Inbox", "InboxStats"]
+__all__ = ["BatchHandler", "Handler", "Inbox", "InboxStats"]
 
 log = logging.getLogger("pyharvest.inbox")
 
@@ -66,10 +67,12 @@ def _owner_name() -> str:
 
 
 class Inbox:
-    """Consumes ``config.topics`` and applies each message exactly once with ``handler``.
+    """Consumes ``config.topics`` and applies each message exactly once with ``handler``, or
+    each transaction's messages at once with ``batch_handler`` (give one of the two).
 
     >>> with Inbox(config, apply_payment) as inbox:      # doctest: +SKIP
     ...     inbox.join()                                 # re-raises what stopped it
+    >>> Inbox(config, batch_handler=apply_payments)      # doctest: +SKIP
 
     ``engine`` replaces the engine built from ``config.data_source``; ``consumer_factory``
     (for tests) builds the Kafka consumer from its configuration.
@@ -78,15 +81,24 @@ class Inbox:
     def __init__(
         self,
         config: InboxConfig,
-        handler: Handler,
+        handler: Handler | None = None,
         *,
+        batch_handler: BatchHandler | None = None,
         engine: sa.Engine | None = None,
         consumer_factory: Callable[[dict[str, object]], Any] | None = None,
     ) -> None:
-        if not callable(handler):
+        if (handler is None) == (batch_handler is None):
+            raise TypeError(
+                "give either handler(tx, message) or batch_handler=f with f(tx, messages), "
+                f"not {'both' if handler is not None else 'neither'}"
+            )
+        if handler is not None and not callable(handler):
             raise TypeError(f"handler must be callable as handler(tx, message), got {handler!r}")
+        if batch_handler is not None and not callable(batch_handler):
+            raise TypeError(f"batch_handler must be callable as batch_handler(tx, messages), got {batch_handler!r}")
         self.config = config.resolve()
         self._handler = handler
+        self._batch_handler = batch_handler
         self._external_engine = engine
         self._consumer_factory = consumer_factory
         self._owner = _owner_name()
@@ -210,6 +222,7 @@ class Inbox:
         batches = Batches(
             engine,
             self._handler,
+            batch_handler=self._batch_handler,
             partitions=partitions,
             checkpoints=self._checkpoints,
             dedupe=self._dedupe,
@@ -232,6 +245,7 @@ class Inbox:
         replayer = Replayer(
             engine,
             self._handler,
+            batch_handler=self._batch_handler,
             partitions=partitions,
             checkpoints=self._checkpoints,
             dedupe=self._dedupe,

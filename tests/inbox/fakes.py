@@ -260,6 +260,13 @@ class Stores:
             sa.insert(self.applied), {"kafka_offset": m.offset, "msg_value": m.value.decode() if m.value else None}
         )
 
+    def record_all(self, tx: sa.Connection, messages: list[InboxMessage]) -> None:
+        """A batch handler: one row per message, in one executemany."""
+        tx.execute(
+            sa.insert(self.applied),
+            [{"kafka_offset": m.offset, "msg_value": m.value.decode() if m.value else None} for m in messages],
+        )
+
     def applied_offsets(self) -> list[int]:
         with self.engine.connect() as c:
             return [r[0] for r in c.execute(sa.select(self.applied.c.kafka_offset).order_by(self.applied.c.id))]
@@ -306,6 +313,7 @@ def wire(
     stores: Stores,
     handler=None,
     *,
+    batch_handler=None,
     error_policy: str = "stop",
     max_batch: int = 100,
     max_duration: float = 60.0,
@@ -316,11 +324,13 @@ def wire(
     consumer = FakeInboxConsumer()
     counters = Counters()
     stop = threading.Event()
-    handler = handler or stores.record
+    if batch_handler is None:
+        handler = handler or stores.record
     partitions = Partitions(stores.engine, stores.checkpoints, stores.dead_letters, stop=stop, backoff=backoff)
     batches = Batches(
         stores.engine,
         handler,
+        batch_handler=batch_handler,
         partitions=partitions,
         checkpoints=stores.checkpoints,
         dedupe=stores.dedupe,
@@ -343,6 +353,7 @@ def wire(
     replayer = Replayer(
         stores.engine,
         handler,
+        batch_handler=batch_handler,
         partitions=partitions,
         checkpoints=stores.checkpoints,
         dedupe=stores.dedupe,

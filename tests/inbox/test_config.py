@@ -108,3 +108,44 @@ def test_cli_reports_an_unexpected_error_in_one_line_as_reaper_inbox_does(tmp_pa
     assert main(["-f", str(cfg), "--init-db"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("reaper: error: OperationalError:") and err.count("\n") == 1
+
+
+def test_cli_takes_one_of_handler_and_batch_handler(tmp_path, capsys):
+    import yaml
+
+    from pyharvest.commands.inbox import main
+
+    cfg = tmp_path / "inbox.yaml"
+    cfg.write_text(yaml.safe_dump({"inbox": BASE}))
+    both = ["--handler", "tests.inbox.chain_handler:apply", "--batch-handler", "tests.inbox.batch_handler:apply"]
+    for args in ([], both):
+        assert main(["-f", str(cfg), *args]) == 2
+        assert "--batch-handler" in capsys.readouterr().err
+    assert main(["-f", str(cfg), "--batch-handler", "tests.inbox.batch_handler:nothing"]) == 2
+    assert "--batch-handler" in capsys.readouterr().err, "the error names the option given"
+
+
+def test_inbox_takes_one_of_handler_and_batch_handler():
+    from pyharvest.inbox import Inbox
+
+    config = InboxConfig.from_mapping(BASE)
+    with pytest.raises(TypeError, match="not both"):
+        Inbox(config, lambda tx, m: None, batch_handler=lambda tx, ms: None)
+    with pytest.raises(TypeError, match="not neither"):
+        Inbox(config)
+    with pytest.raises(TypeError, match="batch_handler must be callable"):
+        Inbox(config, batch_handler="apply_all")  # type: ignore[arg-type]
+
+
+def test_build_message_is_the_constructor_without_its_cost():
+    import dataclasses
+
+    from pyharvest.inbox import InboxMessage
+    from pyharvest.inbox.message import build_message
+
+    values = ("t", 3, 17, b"k", b"v", (("h", b"x"),), 1_700_000_000_000, ("o/outbox", 9), "d" * 32)
+    built = build_message(*values)
+    assert built == InboxMessage(*values) and hash(built) == hash(InboxMessage(*values))
+    assert dataclasses.astuple(built) == values
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.offset = 18  # type: ignore[misc]

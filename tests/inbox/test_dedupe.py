@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
+from pyharvest.inbox import InboxMessage
 from pyharvest.inbox.dedupe import Dedupe
 from pyharvest.inbox.tables import InboxTables
 from pyharvest.plugins.api import dialect_of
@@ -24,8 +25,9 @@ def dedupe_engine(database_url: str, table_name: str) -> Iterator[tuple[sa.Engin
         engine.dispose()
 
 
-def _rows(outbox: str, ids: range, partition: int = 0) -> list[dict[str, object]]:
-    return [Dedupe.row((outbox, i), "orders", partition, 1000 + i) for i in ids]
+def _rows(outbox: str, ids: range, partition: int = 0) -> list[InboxMessage]:
+    """Applied messages of ``outbox``'s records ``ids``, at offsets 1000 + id."""
+    return [InboxMessage("orders", partition, 1000 + i, None, None, source=(outbox, i)) for i in ids]
 
 
 def test_remembered_identities_are_found_per_group_and_outbox(dedupe_engine: tuple[sa.Engine, InboxTables]) -> None:
@@ -36,6 +38,7 @@ def test_remembered_identities_are_found_per_group_and_outbox(dedupe_engine: tup
         dedupe.remember(conn, _rows("a/outbox", range(100, 2600)))  # large: the bulk writer where there is one
         dedupe.remember(conn, _rows("b/outbox", range(5)))
         dedupe.remember(conn, [])
+        dedupe.remember(conn, [InboxMessage("orders", 0, 7, None, None)])  # no identity: nothing to remember
     wanted = [("a/outbox", i) for i in range(3000)] + [("b/outbox", 4), ("b/outbox", 5), ("c/outbox", 1)]
     with engine.connect() as conn:
         found = dedupe.applied(conn, wanted)  # 3,000 ids of one outbox: chunked where the dialect has a limit

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 
 from pyharvest.inbox import request_replay
 from tests.inbox.fakes import GROUP, TOPIC, Stores, message, wire
@@ -85,3 +86,61 @@ def test_a_replay_under_a_moved_fence_drops_the_partition(stores, broken):
     parts.replayer.maybe_replay()
     assert parts.partitions.owned == {} and parts.consumer.paused == [(TOPIC, 0)]
     assert stores.stored() == [("dead", 1), ("parked", 3)], "the new owner replays them"
+
+
+def batch_dead_lettered(stores: Stores, broken: dict[bytes, bool], calls: list[list[int]]):
+    """As :func:`dead_lettered`, with a batch handler, and a third message of key a (offset 4)
+    parked behind the dead letter."""
+
+    def handler(tx, messages):
+        calls.append([m.offset for m in messages])
+        stores.record_all(tx, messages)  # effects first: a failure must roll them back
+        if any(broken.get(m.value) for m in messages):
+            raise RuntimeError("bad payload")
+
+    parts = wire(stores, batch_handler=handler, error_policy="dead-letter")
+    parts.consumer.rebalance("assign", [(TOPIC, 0)])
+    parts.consumer.poll(1, 0)
+    parts.batches.apply(
+        [
+            message(0, "a", source=("o", 1)),
+            message(1, "a", b"bad", ("o", 2)),
+            message(2, "b"),
+            message(3, "a", b"ok"),
+            message(4, "a", b"worse", ("o", 4)),
+        ]
+    )
+    parts.batches.commit()
+    assert stores.stored() == [("dead", 1), ("parked", 3), ("parked", 4)]
+    calls.clear()
+    return parts
+
+
+def test_a_batch_handler_replays_a_key_in_one_call(stores, broken):
+    calls: list[list[int]] = []
+    parts = batch_dead_lettered(stores, broken, calls)
+    broken[b"bad"] = False
+    assert ask(stores, b"a") == 3
+    parts.replayer.maybe_replay()
+    assert calls == [[1, 3, 4]]
+    assert stores.stored() == []
+    assert stores.applied_offsets() == [0, 2, 1, 3, 4]
+    assert {("o", 2), ("o", 4)} <= set(stores.identities())
+    assert parts.partitions.owned[(TOPIC, 0)].parked == set()
+
+
+def test_a_batch_replay_failing_again_keeps_those_before_and_dead_letters_the_failing_one(stores, broken):
+    calls: list[list[int]] = []
+    parts = batch_dead_lettered(stores, broken, calls)
+    broken.update({b"bad": False, b"worse": True})
+    ask(stores, b"a")
+    parts.replayer.maybe_replay()
+    assert stores.applied_offsets() == [0, 2, 1, 3], "those before the failing one applied, once"
+    assert stores.stored() == [("dead", 4)]
+    with stores.engine.connect() as c:
+        dl = stores.tables.dead_letter
+        assert not c.execute(sa.select(dl.c.replay_requested)).scalar_one(), "the request is cleared"
+    assert parts.partitions.owned[(TOPIC, 0)].parked, "the key stays parked"
+    assert calls[0] == [1, 3, 4] and calls[-1] == [1, 3], "found by halves, then applied without it"
+    parts.replayer.maybe_replay()
+    assert parts.counters.snapshot(()).replayed == 2, "the request was cleared: no retry loop"
