@@ -167,3 +167,59 @@ def test_postgresql_falls_back_to_insert_in_psycopg_pipeline_mode(pg_outbox) -> 
         conn.commit()
     assert _inserts(statements) == 1
     assert [r.key for r in binding.mark(str(uuid.uuid4()), 100)] == [f"{k}{i}" for k in "ab" for i in range(40)]
+
+
+def count(tx: sa.Connection, table: str) -> int:
+    return int(tx.execute(sa.text(f"SELECT COUNT(*) FROM {table}")).scalar_one())
+
+
+def test_a_batch_is_written_when_the_transaction_commits_without_closing_it(outbox) -> None:  # type: ignore[no-untyped-def]
+    from sqlalchemy.orm import Session
+
+    binding, engine, table = outbox
+    with engine.begin() as tx:
+        out = Stasher(table).batch(tx, flush_every=1000)
+        for i in range(50):
+            out.stash(OutboxRecord("b", f"k{i}", b"conn"))
+    with Session(engine) as session, session.begin():
+        out = Stasher(table).batch(session, flush_every=1000)
+        for i in range(50):
+            out.stash(OutboxRecord("b", f"k{i}", b"session"))
+    with engine.connect() as conn:  # commit as you go
+        out = Stasher(table).batch(conn, flush_every=1000)
+        out.stash(OutboxRecord("b", "k", b"commit-1"))
+        conn.commit()
+        out.stash(OutboxRecord("b", "k", b"commit-2"))
+        conn.commit()
+    values = [r.value for r in binding.mark(str(uuid.uuid4()), 200)]
+    assert values == [b"conn"] * 50 + [b"session"] * 50 + [b"commit-1", b"commit-2"]
+
+
+def test_a_batch_is_visible_to_the_transaction_and_follows_its_savepoints(outbox) -> None:  # type: ignore[no-untyped-def]
+    binding, engine, table = outbox
+    with engine.begin() as tx:
+        out = Stasher(table).batch(tx, flush_every=1000)
+        out.stash(OutboxRecord("b", "k", b"kept"))
+        assert count(tx, table) == 1  # any statement sees what was stashed before it
+        out.stash(OutboxRecord("b", "k", b"kept-too"))
+        savepoint = tx.begin_nested()  # written before the savepoint, so its rollback keeps them
+        out.stash(OutboxRecord("b", "k", b"rolled-back"))
+        savepoint.rollback()
+        out.stash(OutboxRecord("b", "k", b"after"))
+    with engine.begin() as tx:
+        out = Stasher(table).batch(tx, flush_every=1000)
+        out.stash(OutboxRecord("b", "k", b"whole-transaction-rolled-back"))
+        tx.rollback()
+    assert [r.value for r in binding.mark(str(uuid.uuid4()), 10)] == [b"kept", b"kept-too", b"after"]
+
+
+def test_a_closed_batch_refuses_records_and_leaves_the_connection_alone(outbox) -> None:  # type: ignore[no-untyped-def]
+    _, engine, table = outbox
+    with engine.begin() as tx:
+        with Stasher(table).batch(tx) as out:
+            out.stash(OutboxRecord("b", "k", b"1"))
+        assert not any(sa.event.contains(tx, name, hook) for name, hook in out._hooks or ())
+        assert out._hooks is None
+        with pytest.raises(RuntimeError, match="closed"):
+            out.stash(OutboxRecord("b", "k", b"2"))
+        assert count(tx, table) == 1
