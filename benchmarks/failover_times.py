@@ -26,6 +26,8 @@ import uuid
 from contextlib import ExitStack
 from pathlib import Path
 
+from pyharvest.core.durations import parse_duration
+
 # A harvester process: prints "<wall time> <event>" for its start and its leadership events.
 CHILD = """
 import signal, sys, time
@@ -50,6 +52,10 @@ harvest.start()
 harvest.join()
 say("stopped")
 """
+
+
+#: A handover not done after this long is reported as a stall.
+STALL = 120.0
 
 
 class Harvester:
@@ -99,8 +105,9 @@ class Harvester:
         self.proc.wait()
 
 
-def settled(harvesters: list[Harvester], quiet: float = 4.0, timeout: float = 120.0) -> Harvester:
-    """Wait until exactly one harvester leads and no leadership event came for ``quiet`` s."""
+def settled(harvesters: list[Harvester], quiet: float, timeout: float = 120.0) -> Harvester:
+    """Wait until exactly one harvester leads and nothing happened for ``quiet`` s: no
+    leadership event, and no harvester started (its join takes up to a session timeout)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         time.sleep(0.2)
@@ -111,9 +118,27 @@ def settled(harvesters: list[Harvester], quiet: float = 4.0, timeout: float = 12
     raise TimeoutError("the group did not settle on one leader")
 
 
+def handover(running: list[Harvester], sig: int, leader: Harvester | None = None) -> float:
+    """Signal the leader (by default the one harvester leading); seconds until the other leads."""
+    if leader is None:
+        (leader,) = [h for h in running if h.leads()]
+    at = time.time()
+    leader.proc.send_signal(sig)
+    running.remove(leader)
+    (standby,) = running
+    try:
+        took = standby.first("LeaderAcquired", after=at, timeout=STALL) - at
+    except TimeoutError:
+        took = float("inf")  # printed as a stall
+    leader.proc.wait(60)
+    return took
+
+
 def round_(args: argparse.Namespace, bootstrap: str, url: str, interval: str) -> dict[str, float]:
     group = f"failover-{uuid.uuid4().hex[:8]}"
     child = [bootstrap, url, group, args.heartbeat_timeout, interval]
+    # A join completes within a session timeout (3 × heartbeatTimeout) on any broker.
+    quiet = 3 * parse_duration(args.heartbeat_timeout) + 2
     times: dict[str, float] = {}
     running: list[Harvester] = []
     try:
@@ -122,21 +147,20 @@ def round_(args: argparse.Namespace, bootstrap: str, url: str, interval: str) ->
         started = first.first("starting")
         times["fresh start → leader"] = first.first("LeaderAcquired") - started
         running.append(Harvester("b", child))
-        leader = settled(running)
-        killed_at = time.time()
-        leader.proc.kill()
-        leader.proc.wait()
-        running.remove(leader)
-        (standby,) = running
-        times["SIGKILL → new leader"] = standby.first("LeaderAcquired", after=killed_at) - killed_at
+        settled(running, quiet)
+        times["SIGKILL → new leader"] = handover(running, signal.SIGKILL)
         running.append(Harvester("c", child))
-        leader = settled(running)
-        stopped_at = time.time()
-        leader.proc.send_signal(signal.SIGTERM)
-        running.remove(leader)
-        (standby,) = running
-        times["SIGTERM → new leader"] = standby.first("LeaderAcquired", after=stopped_at) - stopped_at
-        leader.proc.wait(60)
+        settled(running, quiet)
+        times["SIGTERM → new leader"] = handover(running, signal.SIGTERM)
+        if not args.mid_rebalance:
+            return times
+        # A stop in the middle of a rebalance (a standby joining): the rebalance must not wait
+        # for the member that left.
+        (leader,) = running
+        joining = Harvester("d", child)
+        running.append(joining)
+        leader.first("LeaderRevoked", after=joining.first("starting"))
+        times["SIGTERM mid-rebalance → leader"] = handover(running, signal.SIGTERM, leader)
     finally:
         for h in running:
             h.stop()
@@ -148,6 +172,10 @@ def main() -> None:
     parser.add_argument("--bootstrap", help="a running broker (default: start the embedded one)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--heartbeat-timeout", default="5s", help="limits.heartbeatTimeout of every harvester")
+    parser.add_argument(
+        "--mid-rebalance", action="store_true",
+        help="also SIGTERM the leader while a standby joins (on the embedded broker: a stall, see docs/operations.md)",
+    )
     parser.add_argument(
         "--compare-heartbeat-interval", type=int, metavar="MS",
         help="also run rounds with this heartbeat.interval.ms (e.g. 3000, librdkafka's default), interleaved",
@@ -173,10 +201,11 @@ def main() -> None:
             for interval, label in variants.items():
                 for what, seconds in round_(args, bootstrap, url, interval).items():
                     results.setdefault((label, what), []).append(seconds)
-                    print(f"round {n}  {label:<26} {what:<24} {seconds:6.1f} s", flush=True)
+                    shown = f"{seconds:6.1f} s" if seconds != float("inf") else f"no leader after {STALL:.0f} s"
+                    print(f"round {n}  {label:<26} {what:<30} {shown}", flush=True)
         print(f"load average {os.getloadavg()[0]:.2f}")
         for (label, what), values in results.items():
-            print(f"{label:<26} {what:<24} median {statistics.median(values):5.1f} s  "
+            print(f"{label:<26} {what:<30} median {statistics.median(values):5.1f} s  "
                   f"(min {min(values):.1f}, max {max(values):.1f})")
 
 
