@@ -26,6 +26,7 @@ from pyharvest.core.events import DeliveryFailed, Event, MeterRead, RecordQuaran
 from pyharvest.core.kafka import DeliveryError, Producer
 from pyharvest.core.logs import log, one_line
 from pyharvest.core.metrics import HarvestMetrics, Meter
+from pyharvest.core.poison_hints import poison_hint, quarantine_hint
 from pyharvest.core.records import OutboxRecord
 
 __all__ = ["COALESCE_SECONDS", "DeliveryProcessor", "Flight"]
@@ -158,6 +159,7 @@ class DeliveryProcessor:
         to_reset: list[Flight] = []
         to_quarantine: list[QuarantineEntry] = []
         poison = 0
+        first_hint = ""
         for f in failed:
             err = f.error
             assert err is not None
@@ -167,11 +169,14 @@ class DeliveryProcessor:
             if rec.id is not None:
                 attempts = attempts_of.get(rec.id, 0) + 1
                 attempts_of[rec.id] = attempts
+            hint = ""
             if not err.retriable:
                 poison += 1
+                hint = poison_hint(err.code, rec.topic, config.poison_policy if quarantine_on else "block")
+                first_hint = first_hint or hint
             if err.fatal:
                 self.producer_broken = True
-            self._emit(DeliveryFailed(rec.id, rec.key, rec.topic, str(err), err.retriable, attempts))
+            self._emit(DeliveryFailed(rec.id, rec.key, rec.topic, str(err), err.retriable, attempts, hint))
             if quarantine_on and not err.retriable and attempts >= max_attempts:
                 to_quarantine.append(QuarantineEntry(rec, str(err), attempts))
             else:
@@ -179,9 +184,10 @@ class DeliveryProcessor:
         self.poison_streak = self.poison_streak + 1 if poison else 0
         first = failed[0]
         log.warning(
-            "%d deliveries failed (first: record %s key %r: %s); %s",
+            "%d deliveries failed (first: record %s key %r: %s); %s%s",
             len(failed), first.record.id, first.record.key, first.error,
             "resetting them for a remark" if not to_quarantine else f"quarantining {len(to_quarantine)}",
+            f". To fix the poison record: {first_hint}" if first_hint else "",
         )
         return to_reset, to_quarantine
 
@@ -205,12 +211,13 @@ class DeliveryProcessor:
         self._metrics.records_quarantined += len(entries)
         for q in entries:
             self._attempts.pop(q.record.id, None)  # type: ignore[arg-type]
+            hint = quarantine_hint(q.error.split(":", 1)[0], q.record.topic)
             log.error(
                 "quarantined key %r after %d failed attempts of record %s (topic %r): %s; "
-                "its later records are held back until the key is replayed or discarded",
-                q.record.key, q.attempts, q.record.id, q.record.topic, q.error,
+                "its later records are held back until the key is replayed or discarded. %s",
+                q.record.key, q.attempts, q.record.id, q.record.topic, q.error, hint[:1].upper() + hint[1:],
             )
-            self._emit(RecordQuarantined(q.record.id, q.record.key, q.record.topic, q.error, q.attempts))
+            self._emit(RecordQuarantined(q.record.id, q.record.key, q.record.topic, q.error, q.attempts, hint))
 
     def _reset(self, binding: DatabaseBinding, failed: list[Flight]) -> None:
         # Each reset names the leader id the rows were marked under: a late reset must not

@@ -64,7 +64,8 @@ class LeaderFenced:
 class DeliveryFailed:
     """Kafka did not take a record. ``retriable`` is false for a poison record (one that will
     fail however often it is sent: too large, invalid topic...). The record is reset and
-    remarked, unless the quarantine policy parks its key."""
+    remarked, unless the quarantine policy parks its key. ``hint`` says what to do about a
+    poison record (empty for a retriable failure)."""
 
     record_id: int | None
     key: str
@@ -72,18 +73,20 @@ class DeliveryFailed:
     error: str
     retriable: bool
     attempts: int
+    hint: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class RecordQuarantined:
     """A poison record exhausted ``limits.maxDeliveryAttempts``: its key is parked (its later
-    records are held back) until an operator replays or discards it."""
+    records are held back) until an operator replays or discards it. ``hint`` says how."""
 
     record_id: int | None
     key: str
     topic: str
     error: str
     attempts: int
+    hint: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from pyharvest.core.events import (
 from pyharvest.core.harvest import State
 from pyharvest.core.records import InvalidRecordError, OutboxRecord
 from pyharvest.harvest import Harvest, ShardedHarvest
+from pyharvest.stash_errors import KeyTooLongError, OutboxTableMissingError, RecordTooLargeError
 
 __version__ = "0.1.0"
 
@@ -35,6 +36,7 @@ __all__ = [
     "Harvest",
     "HarvestError",
     "InvalidRecordError",
+    "KeyTooLongError",
     "LeaderAcquired",
     "LeaderFenced",
     "LeaderRefreshed",
@@ -43,7 +45,9 @@ __all__ = [
     "MeterRead",
     "MeterStats",
     "OutboxRecord",
+    "OutboxTableMissingError",
     "RecordQuarantined",
+    "RecordTooLargeError",
     "ShardedHarvest",
     "State",
     "__version__",

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from pyharvest.core.binding import DatabaseBinding, ShardableBinding
 from pyharvest.core.config import Config
+from pyharvest.core.events import EventHandler
 from pyharvest.core.harvest import HarvestEngine
 from pyharvest.core.kafka import KafkaClients
 from pyharvest.core.sharded import ShardedHarvestEngine
@@ -47,6 +48,8 @@ class Harvest(HarvestEngine):
     >>> with Harvest(config) as harvest:   # doctest: +SKIP
     ...     harvest.join()
 
+    ``on_event`` receives every :mod:`~pyharvest.core.events` event (as does a handler given
+    to :meth:`set_event_handler`, before or after :meth:`start`).
     ``binding`` and ``kafka`` replace the defaults (the SQL binding chosen by
     ``config.binding`` or the data source's scheme, and confluent-kafka clients). The engine
     underneath, which needs both given, is :class:`pyharvest.core.HarvestEngine`.
@@ -58,12 +61,15 @@ class Harvest(HarvestEngine):
         *,
         binding: DatabaseBinding | Callable[[], DatabaseBinding] | None = None,
         kafka: KafkaClients | None = None,
+        on_event: EventHandler | None = None,
     ) -> None:
         resolved = config.resolve()
         super().__init__(
             resolved, binding=_sql_binding(resolved) if binding is None else binding,
             kafka=_confluent() if kafka is None else kafka,
         )
+        if on_event is not None:
+            self.set_event_handler(on_event)
 
 
 class ShardedHarvest(ShardedHarvestEngine):
@@ -72,7 +78,7 @@ class ShardedHarvest(ShardedHarvestEngine):
     publish at once, and a crash stalls only the shards its process led.
 
     The table needs the key hash column and the shard index: ``reaper init-db --shards N``.
-    ``binding`` and ``kafka`` replace the defaults, as for :class:`Harvest`.
+    ``on_event``, ``binding`` and ``kafka`` are as for :class:`Harvest`.
     """
 
     def __init__(
@@ -81,9 +87,12 @@ class ShardedHarvest(ShardedHarvestEngine):
         *,
         binding: ShardableBinding | Callable[[], ShardableBinding] | None = None,
         kafka: KafkaClients | None = None,
+        on_event: EventHandler | None = None,
     ) -> None:
         resolved = config.resolve()
         super().__init__(
             resolved, binding=_sql_binding(resolved) if binding is None else binding,
             kafka=_confluent() if kafka is None else kafka,
         )
+        if on_event is not None:
+            self.set_event_handler(on_event)

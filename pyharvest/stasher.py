@@ -34,7 +34,11 @@ With asyncio, the same on an :class:`~sqlalchemy.ext.asyncio.AsyncConnection` or
 Statements are built once per (dialect, table, layout) and SQLAlchemy's compiled cache
 keeps their compiled form. Where the database's dialect supports several layouts
 (PostgreSQL: native and goharvest's), the dialect recognises the table's from its columns,
-once per engine; pass ``layout=`` to skip the look-up.
+once per engine (``layout=`` forces one); the same look-up reads the key column's length.
+
+Before anything is written, a key longer than the table's key column, a record over
+``max_record_bytes`` and a missing table are refused: :class:`KeyTooLongError`,
+:class:`RecordTooLargeError`, :class:`OutboxTableMissingError`.
 """
 
 from __future__ import annotations
@@ -50,6 +54,12 @@ import sqlalchemy as sa
 
 from pyharvest import tracing
 from pyharvest.core.records import Header, OutboxRecord, validate_record
+from pyharvest.stash_errors import (
+    KAFKA_MESSAGE_MAX_BYTES,
+    KeyTooLongError,
+    OutboxTableMissingError,
+    RecordTooLargeError,
+)
 from pyharvest.plugins.api import (
     GOHARVEST,
     KEY_HASH_COLUMN,
@@ -67,13 +77,36 @@ if TYPE_CHECKING:
 
     AsyncTx = AsyncConnection | AsyncSession | async_scoped_session[Any]
 
-__all__ = ["AsyncPreparedStasher", "BatchStasher", "PreparedStasher", "Stasher", "astash", "stash"]
+__all__ = [
+    "KAFKA_MESSAGE_MAX_BYTES",
+    "AsyncPreparedStasher",
+    "BatchStasher",
+    "KeyTooLongError",
+    "OutboxTableMissingError",
+    "PreparedStasher",
+    "RecordTooLargeError",
+    "Stasher",
+    "astash",
+    "stash",
+]
+
+#: The outbox's key column, in both layouts.
+_KEY_COLUMN = "kafka_key"
+
+
+class _Shape(NamedTuple):
+    """What the stasher needs to know of a table, looked up once per engine."""
+
+    layout: str
+    key_hash: bool  # the native layout's key hash column is there
+    key_length: int | None  # the key column's length in characters, if it has one
+
 
 _lock = threading.Lock()
 # (dialect name, table, layout, has key hash) → (outbox table, insert statement)
 _statements: dict[tuple[str, TableName, str, bool], tuple[OutboxTable, sa.Insert]] = {}
-# engine → table → (layout, has the key hash column); weak so that disposed engines do not linger
-_shapes: weakref.WeakKeyDictionary[sa.Engine, dict[TableName, tuple[str, bool]]] = weakref.WeakKeyDictionary()
+# engine → table → its shape; weak so that disposed engines do not linger
+_shapes: weakref.WeakKeyDictionary[sa.Engine, dict[TableName, _Shape]] = weakref.WeakKeyDictionary()
 
 
 class _Bulk(NamedTuple):
@@ -113,31 +146,41 @@ async def _async_connection(tx: AsyncTx) -> AsyncConnection:
     raise TypeError(f"astash needs a SQLAlchemy AsyncConnection or AsyncSession, got {type(tx).__name__}")
 
 
-def _known_shape(engine: sa.Engine, table: TableName) -> tuple[str, bool] | None:
+def _known_shape(engine: sa.Engine, table: TableName) -> _Shape | None:
     with _lock:
         return _shapes.get(engine, {}).get(table)
 
 
-def _shape_of(conn: sa.Connection, table: TableName) -> tuple[str, bool]:
-    """The table's layout, as its dialect recognises it from the columns, and whether it has
-    the key hash column; looked up once per engine."""
+def _missing_table(conn: sa.Connection, table: TableName) -> OutboxTableMissingError:
+    url = conn.engine.url.render_as_string(hide_password=True)
+    return OutboxTableMissingError(
+        f"the outbox table {table} does not exist in {url}: create it with "
+        f"`reaper init-db --data-source '{url}' --table {table}` (or `reaper schema` for its DDL)"
+    )
+
+
+def _shape_of(conn: sa.Connection, table: TableName) -> _Shape:
+    """The table's layout, as its dialect recognises it from the columns, whether it has the
+    key hash column, and its key column's length; looked up once per engine."""
     known = _known_shape(conn.engine, table)
     if known is not None:
         return known
     try:
         reflected = sa.inspect(conn).get_columns(table.name, schema=table.schema)
     except sa.exc.NoSuchTableError:
-        return NATIVE, False  # not remembered: the INSERT raises the database's own error
+        raise _missing_table(conn, table) from None  # not remembered: it may be created later
     columns = {c["name"].lower(): c for c in reflected}
     plugin = dialect_of(conn.dialect)
     layout = (plugin.detect_layout(columns) if plugin is not None else None) or NATIVE
-    shape = (layout, layout == NATIVE and KEY_HASH_COLUMN in columns)
+    key = columns.get(_KEY_COLUMN)
+    length = getattr(key["type"], "length", None) if key is not None else None
+    shape = _Shape(layout, layout == NATIVE and KEY_HASH_COLUMN in columns, length if isinstance(length, int) else None)
     with _lock:
         _shapes.setdefault(conn.engine, {})[table] = shape
     return shape
 
 
-async def _ashape_of(conn: AsyncConnection, table: TableName) -> tuple[str, bool]:
+async def _ashape_of(conn: AsyncConnection, table: TableName) -> _Shape:
     # The cache is shared with the sync path: an AsyncEngine wraps a sync Engine.
     known = _known_shape(conn.sync_engine, table)
     if known is not None:
@@ -146,11 +189,12 @@ async def _ashape_of(conn: AsyncConnection, table: TableName) -> tuple[str, bool
     return await conn.run_sync(_shape_of, table)
 
 
-def _forced(shape: tuple[str, bool], layout: str | None) -> tuple[str, bool]:
-    """``shape`` with the layout the caller named, if any (only the native one has a key hash)."""
+def _forced(shape: _Shape, layout: str | None) -> tuple[str, bool]:
+    """The layout and key hash of ``shape``, with the layout the caller named, if any (only
+    the native one has a key hash)."""
     if layout is None:
-        return shape
-    return layout, shape[1] and layout == NATIVE
+        return shape.layout, shape.key_hash
+    return layout, shape.key_hash and layout == NATIVE
 
 
 def _bulk_writer_of(conn: sa.Connection, outbox: OutboxTable) -> _Bulk | None:
@@ -206,6 +250,50 @@ def _traced(records: list[OutboxRecord]) -> list[OutboxRecord]:
     return out
 
 
+def _text_bytes(text: str | bytes) -> int:
+    if isinstance(text, bytes):
+        return len(text)
+    return len(text) if text.isascii() else len(text.encode())
+
+
+def record_bytes(record: OutboxRecord) -> int:
+    """The size Kafka counts against ``max.message.bytes`` for ``record``'s payload: its key,
+    value and headers (names and values), in bytes."""
+    size = _text_bytes(record.key)
+    if record.value is not None:
+        size += _text_bytes(record.value)
+    for name, value in record.headers:
+        size += _text_bytes(name) + _text_bytes(value)
+    return size
+
+
+class _Limits(NamedTuple):
+    """What a record must fit: the table's key column and the stasher's size limit."""
+
+    table: TableName
+    key_length: int | None
+    max_record_bytes: int | None
+
+    def check(self, record: OutboxRecord) -> OutboxRecord:
+        if self.key_length is not None and len(record.key) > self.key_length:
+            raise KeyTooLongError(
+                f"record key is {len(record.key)} characters long, but the key column ({_KEY_COLUMN}) of "
+                f"the outbox table {self.table} holds at most {self.key_length}: shorten the key "
+                f"(a hash or an id of the entity), or widen the column (key {record.key[:40]!r}...)"
+            )
+        if self.max_record_bytes is not None:
+            size = record_bytes(record)
+            if size > self.max_record_bytes:
+                raise RecordTooLargeError(
+                    f"record for topic {record.topic!r} with key {record.key[:40]!r} is {size} bytes "
+                    f"(key, value and headers), over max_record_bytes={self.max_record_bytes}, which Kafka "
+                    f"would refuse at publish (its default message.max.bytes is {KAFKA_MESSAGE_MAX_BYTES}): store "
+                    f"the payload elsewhere and stash a reference, or raise the topic's max.message.bytes "
+                    f"and the Stasher's max_record_bytes together"
+                )
+        return record
+
+
 C = TypeVar("C")
 
 
@@ -213,12 +301,16 @@ class _Prepared(Generic[C]):
     """What the sync and async prepared stashers share: validation, trace headers and the
     encoding into statement parameters. Only the execute differs."""
 
-    __slots__ = ("_conn", "_encode", "_insert", "outbox", "propagate_trace")
+    __slots__ = ("_check", "_conn", "_encode", "_insert", "outbox", "propagate_trace")
 
-    def __init__(self, conn: C, outbox: OutboxTable, insert: sa.Insert, propagate_trace: bool = False) -> None:
+    def __init__(
+        self, conn: C, outbox: OutboxTable, insert: sa.Insert, propagate_trace: bool = False,
+        limits: _Limits | None = None,
+    ) -> None:
         self._conn = conn
         self._insert = insert
         self._encode = outbox.encode
+        self._check = (limits or _Limits(outbox.name, None, None)).check
         self.outbox = outbox
         self.propagate_trace = propagate_trace
 
@@ -226,16 +318,16 @@ class _Prepared(Generic[C]):
         record = validate_record(record)
         if self.propagate_trace:
             (record,) = _traced([record])
-        return self._encode(record, OutboxTable.now())
+        return self._encode(self._check(record), OutboxTable.now())
 
     def _params_many(self, records: Iterable[OutboxRecord]) -> list[dict[str, Any]]:
         now = OutboxTable.now()
-        encode = self._encode
+        encode, check = self._encode, self._check
         if not self.propagate_trace:
             # The hot path: one pass, every record validated and encoded before any write.
-            return [encode(validate_record(r), now) for r in records]
+            return [encode(check(validate_record(r)), now) for r in records]
         validated = _traced([validate_record(r) for r in records])
-        return [encode(r, now) for r in validated]
+        return [encode(check(r), now) for r in validated]
 
 
 class PreparedStasher(_Prepared[sa.Connection]):
@@ -245,9 +337,9 @@ class PreparedStasher(_Prepared[sa.Connection]):
 
     def __init__(
         self, conn: sa.Connection, outbox: OutboxTable, insert: sa.Insert, propagate_trace: bool = False,
-        bulk: bool = True,
+        bulk: bool = True, limits: _Limits | None = None,
     ) -> None:
-        super().__init__(conn, outbox, insert, propagate_trace)
+        super().__init__(conn, outbox, insert, propagate_trace, limits)
         self.bulk = bulk
 
     def stash(self, record: OutboxRecord) -> None:
@@ -300,38 +392,91 @@ class AsyncPreparedStasher(_Prepared["AsyncConnection"]):
 
 
 class BatchStasher:
-    """Buffers records and writes them with one executemany per ``flush_every`` records and
-    on leaving the ``with`` block; see :meth:`Stasher.batch`. One round trip per record
-    bounds single-row stashing (a few thousand per second on PostgreSQL); batching does not.
+    """Buffers records and writes them with one executemany (or ``COPY``) per ``flush_every``
+    records, and whenever the transaction needs them; see :meth:`Stasher.batch`. One round
+    trip per record bounds single-row stashing (a few thousand per second on PostgreSQL);
+    batching does not.
+
+    What is buffered is written before anything else reaches the database on the connection
+    (so the transaction's own queries see every record stashed), before a commit, a savepoint
+    or a rollback to one, and on leaving the ``with`` block. A rollback discards it with the
+    rest of the transaction. So no record can be lost to a commit that forgot the batch.
 
     Each record is validated, given its trace headers and encoded when stashed, so a bad
-    record is refused at once and carries the trace current at its own stash.
+    record is refused at once and carries the trace current at its own stash. A database error
+    in a flush (a constraint of yours) surfaces from the statement or commit that flushed.
     """
 
-    __slots__ = ("_buffer", "_flush_every", "_prepared")
+    __slots__ = ("__weakref__", "_buffer", "_conn", "_flush_every", "_flushing", "_hooks", "_prepared")
 
     def __init__(self, prepared: PreparedStasher, flush_every: int) -> None:
         self._prepared = prepared
+        self._conn = prepared._conn
         self._buffer: list[dict[str, Any]] = []
         self._flush_every = flush_every
+        self._flushing = False
+        flush_first = self._flush_first
+        hooks = (
+            ("before_cursor_execute", flush_first),  # any statement: it may read the outbox
+            ("commit", flush_first),
+            ("prepare_twophase", flush_first),
+            ("savepoint", flush_first),  # else a rollback to it would take earlier records
+            ("rollback_savepoint", flush_first),  # written inside it, rolled back with it
+            ("rollback", self._discard),
+        )
+        for name, hook in hooks:
+            sa.event.listen(self._conn, name, hook)
+        self._hooks: tuple[tuple[str, Callable[..., None]], ...] | None = hooks
 
     def stash(self, record: OutboxRecord) -> None:
-        self._buffer.append(self._prepared._params(record))
+        if self._hooks is None:
+            raise RuntimeError("this batch is closed: stash through a new Stasher.batch(tx)")
+        params = self._prepared._params(record)
+        if not self._buffer and not self._conn.in_transaction():
+            # As a write would (autobegin): else the commit that should flush has nothing to commit.
+            self._conn.begin()
+        self._buffer.append(params)
         if len(self._buffer) >= self._flush_every:
             self.flush()
 
     def flush(self) -> None:
+        """Write what is buffered now."""
+        if not self._buffer or self._flushing:
+            return
         buffered, self._buffer = self._buffer, []
-        self._prepared._write(buffered)
+        self._flushing = True  # our own statements pass the hooks
+        try:
+            self._prepared._write(buffered)
+        finally:
+            self._flushing = False
+
+    def _flush_first(self, *_: object) -> None:
+        self.flush()
+
+    def _discard(self, *_: object) -> None:
+        self._buffer.clear()
+
+    def close(self) -> None:
+        """Write what is buffered and stop watching the connection."""
+        try:
+            self.flush()
+        finally:
+            self._unhook()
+
+    def _unhook(self) -> None:
+        hooks, self._hooks = self._hooks, None
+        for name, hook in hooks or ():
+            sa.event.remove(self._conn, name, hook)
 
     def __enter__(self) -> BatchStasher:
         return self
 
     def __exit__(self, exc_type: object, *_: object) -> None:
         if exc_type is None:
-            self.flush()
+            self.close()
         else:
             self._buffer.clear()  # the caller's transaction is failing anyway
+            self._unhook()
 
 
 class Stasher:
@@ -345,6 +490,12 @@ class Stasher:
     ``bulk=False`` keeps every write an ``INSERT`` (by default a large ``stash_many`` uses the
     dialect's bulk writer, such as PostgreSQL's ``COPY``, which SQLAlchemy's statement events
     do not see).
+
+    Before anything is written, a record is refused (:class:`KeyTooLongError`) if its key is
+    longer than the table's key column, and (:class:`RecordTooLargeError`) if its key, value and
+    headers come to more than ``max_record_bytes`` (default: Kafka's default
+    ``message.max.bytes``, which a larger record would fail at publish; ``None``: no limit).
+    A missing table raises :class:`OutboxTableMissingError`, saying how to create it.
     """
 
     def __init__(
@@ -354,37 +505,48 @@ class Stasher:
         layout: str | None = None,
         propagate_trace: bool = False,
         bulk: bool = True,
+        max_record_bytes: int | None = KAFKA_MESSAGE_MAX_BYTES,
     ) -> None:
         self.table = parse_table_name(table)
         if layout is not None and layout not in (NATIVE, GOHARVEST):
             raise ValueError(f"unknown outbox layout {layout!r}; expected {NATIVE!r} or {GOHARVEST!r}")
+        if max_record_bytes is not None and (
+            isinstance(max_record_bytes, bool) or not isinstance(max_record_bytes, int) or max_record_bytes < 1
+        ):
+            raise ValueError(f"max_record_bytes must be a positive number of bytes or None, got {max_record_bytes!r}")
         self.layout = layout
         self.propagate_trace = propagate_trace
         self.bulk = bulk
+        self.max_record_bytes = max_record_bytes
 
     def __repr__(self) -> str:
         return (
             f"Stasher(table={str(self.table)!r}, layout={self.layout!r}, "
-            f"propagate_trace={self.propagate_trace!r}, bulk={self.bulk!r})"
+            f"propagate_trace={self.propagate_trace!r}, bulk={self.bulk!r}, "
+            f"max_record_bytes={self.max_record_bytes!r})"
         )
+
+    def _limits(self, shape: _Shape) -> _Limits:
+        return _Limits(self.table, shape.key_length, self.max_record_bytes)
 
     def prepare(self, tx: sa.Connection | Session) -> PreparedStasher:
         """A stasher bound to ``tx``'s connection (and so to its transaction)."""
         conn = _connection(tx)
-        shape = _forced(_shape_of(conn, self.table), self.layout)
-        outbox, insert = _statement(conn.dialect.name, self.table, shape)
-        return PreparedStasher(conn, outbox, insert, self.propagate_trace, self.bulk)
+        shape = _shape_of(conn, self.table)
+        outbox, insert = _statement(conn.dialect.name, self.table, _forced(shape, self.layout))
+        return PreparedStasher(conn, outbox, insert, self.propagate_trace, self.bulk, self._limits(shape))
 
     async def aprepare(self, tx: AsyncTx) -> AsyncPreparedStasher:
         """:meth:`prepare` for an ``AsyncConnection`` or ``AsyncSession``."""
         conn = await _async_connection(tx)
-        shape = _forced(await _ashape_of(conn, self.table), self.layout)
-        outbox, insert = _statement(conn.dialect.name, self.table, shape)
-        return AsyncPreparedStasher(conn, outbox, insert, self.propagate_trace)
+        shape = await _ashape_of(conn, self.table)
+        outbox, insert = _statement(conn.dialect.name, self.table, _forced(shape, self.layout))
+        return AsyncPreparedStasher(conn, outbox, insert, self.propagate_trace, self._limits(shape))
 
     def batch(self, tx: sa.Connection | Session, flush_every: int = 100) -> BatchStasher:
-        """A buffering writer for ``with``: records reach the database in batches, all of
-        them before the block ends, so still inside ``tx``'s transaction::
+        """A buffering writer: records reach the database in batches of ``flush_every``, and
+        the rest before the transaction commits, takes a savepoint or runs any other statement,
+        so always inside ``tx``'s transaction and always visible to its queries::
 
             with engine.begin() as tx, Stasher("outbox").batch(tx) as out:
                 for r in records:
@@ -396,13 +558,16 @@ class Stasher:
 
     def stash(self, tx: sa.Connection | Session, record: OutboxRecord) -> None:
         validate_record(record)  # before touching the connection at all
+        _Limits(self.table, None, self.max_record_bytes).check(record)
         self.prepare(tx).stash(record)
 
     def stash_many(self, tx: sa.Connection | Session, records: Iterable[OutboxRecord]) -> int:
         return self.prepare(tx).stash_many(records)
 
     async def astash(self, tx: AsyncTx, record: OutboxRecord) -> None:
-        validate_record(record)  # before touching the connection (or beginning a session's transaction)
+        # Before touching the connection (or beginning a session's transaction).
+        validate_record(record)
+        _Limits(self.table, None, self.max_record_bytes).check(record)
         await (await self.aprepare(tx)).stash(record)
 
     async def astash_many(self, tx: AsyncTx, records: Iterable[OutboxRecord]) -> int:

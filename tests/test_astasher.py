@@ -214,3 +214,22 @@ def test_wrong_kind_of_transaction_is_refused(tmp_path) -> None:
         asyncio.run(sync_given())
     sync_engine.dispose()
     run("sqlite+aiosqlite:///" + str(tmp_path / "x.db"), body)
+
+
+def test_limits_are_checked_before_anything_is_written(outbox) -> None:
+    from pyharvest import KeyTooLongError, RecordTooLargeError
+
+    url, table, binding = outbox
+
+    async def body(engine: AsyncEngine) -> None:
+        for bad, error in [(OutboxRecord("t", "k" * 256, "v"), KeyTooLongError),
+                           (OutboxRecord("t", "k", "v" * 2_000_000), RecordTooLargeError)]:
+            with pytest.raises(error):
+                async with engine.begin() as tx:
+                    await stasher.astash(tx, bad, table=table)
+            with pytest.raises(error):
+                async with engine.begin() as tx:
+                    await (await Stasher(table).aprepare(tx)).stash_many([OutboxRecord("t", "k", "v"), bad])
+
+    run(url, body)
+    assert read_back(binding) == []

@@ -9,6 +9,8 @@ from collections import deque
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from pyharvest.core.config import Config, Limits
 from pyharvest.core.delivery import DeliveryProcessor, Flight
 from pyharvest.core.events import DeliveryFailed, MeterRead, RecordQuarantined
@@ -282,3 +284,42 @@ def test_serve_stops_when_the_producer_is_gone():
     rig = Rig()
     rig.processor.serve(rig.db, lambda: None, threading.Event(), lambda: True)
     assert rig.journal == []
+
+
+def test_a_poison_failure_says_what_to_do(caplog):
+    rig = Rig(policy="block", max_attempts=1)
+    (poison,) = rig.marked("bad")
+    with caplog.at_level("WARNING", logger="pyharvest"):
+        rig.report(poison, TOO_LARGE)
+        rig.process()
+    (failed,) = rig.failures()
+    for text in (failed.hint, caplog.text):
+        assert "max.message.bytes" in text and "poisonPolicy: quarantine" in text
+        assert "reaper quarantine list" in text
+    rig.report(poison, TIMEOUT)
+    rig.process()
+    assert rig.failures()[-1].hint == ""  # a passing fault needs nobody
+
+
+def test_a_quarantined_key_says_how_to_replay_or_discard_it(caplog):
+    rig = Rig(policy="quarantine", max_attempts=1)
+    (poison,) = rig.marked("bad")
+    with caplog.at_level("ERROR", logger="pyharvest"):
+        rig.report(poison, DeliveryError("TOPIC_AUTHORIZATION_FAILED", "not authorised", retriable=False))
+        rig.process()
+    (quarantined,) = [e for e in rig.events if isinstance(e, RecordQuarantined)]
+    for text in (quarantined.hint, caplog.text):
+        assert "grant it WRITE" in text and "reaper quarantine replay" in text and "discard" in text
+
+
+def test_every_poison_code_of_the_kafka_binding_has_a_hint():
+    from pyharvest.core.poison_hints import _HINTS
+
+    confluent = pytest.importorskip("pyharvest.bindings.kafka.confluent")
+    from confluent_kafka import KafkaError
+
+    names = [n for n in dir(KafkaError) if not n.startswith("__") and n.lstrip("_").isupper()]
+    poison = [n for n in names if getattr(KafkaError, n) in confluent._POISON_CODES]
+    assert "MSG_SIZE_TOO_LARGE" in poison
+    for name in poison:
+        assert name.lstrip("_") in _HINTS, name

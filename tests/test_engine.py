@@ -321,3 +321,17 @@ def test_fenced_event_comes_before_in_flight_records_resolve():
         kafka.cluster.hold = False
         kafka.cluster.heartbeats_pass = True
         wait_until(lambda: len(db) == 0)
+
+
+def test_the_facades_take_the_event_handler_at_construction():
+    from pyharvest import Harvest, ShardedHarvest
+
+    db = FakeBinding()
+    events: list[object] = []
+    cfg = make(db, FakeKafka()).config
+    with Harvest(cfg, binding=db, kafka=FakeKafka(), on_event=events.append):
+        fill(db, 10, 2)
+        wait_until(lambda: any(isinstance(e, LeaderAcquired) for e in events))
+    assert any(isinstance(e, LeaderRevoked) for e in events)
+    sharded = ShardedHarvest(cfg, binding=db, kafka=FakeKafka(), on_event=events.append)  # type: ignore[arg-type]
+    assert sharded._event_handler == events.append

@@ -185,3 +185,16 @@ def test_a_partition_beyond_the_shards_means_another_reaper_disagrees() -> None:
     clients.consumer.to_assign = [3]
     with pytest.raises(TopicError, match="every reaper of a group needs the same number"):
         group.pulse()
+
+
+def test_the_leader_group_settings_keep_fencing_first_and_hear_of_rebalances_within_a_second() -> None:
+    from pyharvest.core.neli import leader_client_configs
+
+    consumer, producer = leader_client_configs({"bootstrap.servers": "k:9092"}, "g", 5.0)
+    # The group expires a dead member only well after a cut-off leader fenced itself.
+    assert consumer["session.timeout.ms"] == 15_000 and producer["delivery.timeout.ms"] == 5_000
+    # Survivors hear of a rebalance within a second, not librdkafka's 3 s.
+    assert consumer["heartbeat.interval.ms"] == 1_000
+    consumer, _ = leader_client_configs({"heartbeat.interval.ms": 3000, "session.timeout.ms": 1}, "g", 2.0)
+    assert consumer["heartbeat.interval.ms"] == 3000  # the operator's choice wins
+    assert consumer["session.timeout.ms"] == 6000  # but not against fencing

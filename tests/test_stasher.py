@@ -110,8 +110,9 @@ def test_postgresql_stashes_a_large_batch_with_copy_on_psycopg(pg_outbox) -> Non
 
 
 def test_postgresql_uses_copy_once_a_missing_table_exists(pg_outbox) -> None:  # type: ignore[no-untyped-def]
-    # With the layout given there is no look-up to fail first: the dialect is asked for a
-    # bulk writer while the table is missing and declines. That answer must not stick.
+    # A missing table is not remembered as missing, nor its bulk writer as absent: once the
+    # table exists, COPY is used.
+    from pyharvest import OutboxTableMissingError
     from pyharvest.bindings.sql import NATIVE
 
     binding, engine, table, statements = pg_outbox
@@ -119,7 +120,7 @@ def test_postgresql_uses_copy_once_a_missing_table_exists(pg_outbox) -> None:  #
         pytest.skip("COPY is psycopg 3's")
     with engine.begin() as tx:
         tx.exec_driver_sql(f"ALTER TABLE {table} RENAME TO {table}_away")
-    with pytest.raises(sa.exc.ProgrammingError, match="does not exist"), engine.begin() as tx:
+    with pytest.raises(OutboxTableMissingError, match="reaper init-db"), engine.begin() as tx:
         Stasher(table, layout=NATIVE).stash_many(tx, _records(30, "a"))
     with engine.begin() as tx:
         tx.exec_driver_sql(f"ALTER TABLE {table}_away RENAME TO {table}")
@@ -142,9 +143,11 @@ def test_postgresql_keeps_insert_for_a_table_with_row_level_security(pg_outbox) 
 
 def test_postgresql_copy_errors_are_sqlalchemy_errors_and_write_nothing(pg_outbox) -> None:  # type: ignore[no-untyped-def]
     binding, engine, table, _ = pg_outbox
-    too_long = [*_records(30), OutboxRecord("bulk", "k" * 300, b"v")]  # kafka_key is VARCHAR(255)
-    with pytest.raises(sa.exc.DataError, match="too long"), engine.begin() as tx:
-        Stasher(table).stash_many(tx, too_long)
+    with engine.begin() as tx:  # a rule of the application's that only the database knows
+        tx.exec_driver_sql(f"ALTER TABLE {table} ADD CONSTRAINT {table}_no_bad CHECK (kafka_key <> 'bad')")
+    refused = [*_records(30), OutboxRecord("bulk", "bad", b"v")]
+    with pytest.raises(sa.exc.IntegrityError, match="check constraint"), engine.begin() as tx:
+        Stasher(table).stash_many(tx, refused)
     with engine.connect() as conn:  # the failed transaction was rolled back; the connection is usable
         Stasher(table).stash_many(conn, _records(20))
         conn.commit()
@@ -164,3 +167,59 @@ def test_postgresql_falls_back_to_insert_in_psycopg_pipeline_mode(pg_outbox) -> 
         conn.commit()
     assert _inserts(statements) == 1
     assert [r.key for r in binding.mark(str(uuid.uuid4()), 100)] == [f"{k}{i}" for k in "ab" for i in range(40)]
+
+
+def count(tx: sa.Connection, table: str) -> int:
+    return int(tx.execute(sa.text(f"SELECT COUNT(*) FROM {table}")).scalar_one())
+
+
+def test_a_batch_is_written_when_the_transaction_commits_without_closing_it(outbox) -> None:  # type: ignore[no-untyped-def]
+    from sqlalchemy.orm import Session
+
+    binding, engine, table = outbox
+    with engine.begin() as tx:
+        out = Stasher(table).batch(tx, flush_every=1000)
+        for i in range(50):
+            out.stash(OutboxRecord("b", f"k{i}", b"conn"))
+    with Session(engine) as session, session.begin():
+        out = Stasher(table).batch(session, flush_every=1000)
+        for i in range(50):
+            out.stash(OutboxRecord("b", f"k{i}", b"session"))
+    with engine.connect() as conn:  # commit as you go
+        out = Stasher(table).batch(conn, flush_every=1000)
+        out.stash(OutboxRecord("b", "k", b"commit-1"))
+        conn.commit()
+        out.stash(OutboxRecord("b", "k", b"commit-2"))
+        conn.commit()
+    values = [r.value for r in binding.mark(str(uuid.uuid4()), 200)]
+    assert values == [b"conn"] * 50 + [b"session"] * 50 + [b"commit-1", b"commit-2"]
+
+
+def test_a_batch_is_visible_to_the_transaction_and_follows_its_savepoints(outbox) -> None:  # type: ignore[no-untyped-def]
+    binding, engine, table = outbox
+    with engine.begin() as tx:
+        out = Stasher(table).batch(tx, flush_every=1000)
+        out.stash(OutboxRecord("b", "k", b"kept"))
+        assert count(tx, table) == 1  # any statement sees what was stashed before it
+        out.stash(OutboxRecord("b", "k", b"kept-too"))
+        savepoint = tx.begin_nested()  # written before the savepoint, so its rollback keeps them
+        out.stash(OutboxRecord("b", "k", b"rolled-back"))
+        savepoint.rollback()
+        out.stash(OutboxRecord("b", "k", b"after"))
+    with engine.begin() as tx:
+        out = Stasher(table).batch(tx, flush_every=1000)
+        out.stash(OutboxRecord("b", "k", b"whole-transaction-rolled-back"))
+        tx.rollback()
+    assert [r.value for r in binding.mark(str(uuid.uuid4()), 10)] == [b"kept", b"kept-too", b"after"]
+
+
+def test_a_closed_batch_refuses_records_and_leaves_the_connection_alone(outbox) -> None:  # type: ignore[no-untyped-def]
+    _, engine, table = outbox
+    with engine.begin() as tx:
+        with Stasher(table).batch(tx) as out:
+            out.stash(OutboxRecord("b", "k", b"1"))
+        assert not any(sa.event.contains(tx, name, hook) for name, hook in out._hooks or ())
+        assert out._hooks is None
+        with pytest.raises(RuntimeError, match="closed"):
+            out.stash(OutboxRecord("b", "k", b"2"))
+        assert count(tx, table) == 1
