@@ -50,6 +50,7 @@ import sqlalchemy as sa
 
 from pyharvest import tracing
 from pyharvest.core.records import Header, OutboxRecord, validate_record
+from pyharvest.notify import awake_harvester, wake_harvester
 from pyharvest.plugins.api import (
     GOHARVEST,
     KEY_HASH_COLUMN,
@@ -373,6 +374,7 @@ class Stasher:
         conn = _connection(tx)
         shape = _forced(_shape_of(conn, self.table), self.layout)
         outbox, insert = _statement(conn.dialect.name, self.table, shape)
+        wake_harvester(conn, self.table)  # PostgreSQL: NOTIFY on commit, now and then
         return PreparedStasher(conn, outbox, insert, self.propagate_trace, self.bulk)
 
     async def aprepare(self, tx: AsyncTx) -> AsyncPreparedStasher:
@@ -380,6 +382,7 @@ class Stasher:
         conn = await _async_connection(tx)
         shape = _forced(await _ashape_of(conn, self.table), self.layout)
         outbox, insert = _statement(conn.dialect.name, self.table, shape)
+        await awake_harvester(conn, self.table)
         return AsyncPreparedStasher(conn, outbox, insert, self.propagate_trace)
 
     def batch(self, tx: sa.Connection | Session, flush_every: int = 100) -> BatchStasher:
