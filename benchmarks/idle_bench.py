@@ -21,8 +21,9 @@ Scenarios:
 * ``steady``: :mod:`benchmarks.harvest_bench`'s steady scenario (four writers offering
   10,000 records/s, 50 per commit), imported and run as it is.
 * ``notify-cost``: no harvester; writer processes commit as fast as they can for a few seconds
-  with the stasher's NOTIFY off, in every transaction, and rate-limited (the default), with a
-  listener connected; transactions/s and commit latency.
+  (and four writers at ``--notify-rate`` records/s, 50 per commit), with the stasher's NOTIFY
+  off, in every transaction, and as by default (after a quiet spell only), a listener
+  connected; transactions/s, records/s and commit latency.
 
 ``--pythons name=python,...`` runs every scenario under each interpreter in turn, ``--rounds``
 times, interleaved (the machine's speed drifts): e.g. a virtualenv of the release before.
@@ -100,13 +101,14 @@ class ServerTransactions:
 
 
 class EngineTransactions:
-    """Commits and rollbacks the harvester's engine sends, counted in-process (pool resets
-    included: they are a ``ROLLBACK`` on MariaDB's driver)."""
+    """Commits, rollbacks and statements of the harvester's engine, counted in-process; and the
+    pool's resets on return (a ``ROLLBACK`` where the driver sends one on an idle connection:
+    PyMySQL does, psycopg does not)."""
 
     def __init__(self, engine: object) -> None:
         import sqlalchemy as sa
 
-        self.commits = self.rollbacks = self.statements = 0
+        self.commits = self.rollbacks = self.statements = self.pool_resets = 0
         sa.event.listen(engine, "commit", self._commit)
         sa.event.listen(engine, "rollback", self._rollback)
         sa.event.listen(engine, "before_cursor_execute", self._statement)
@@ -119,13 +121,13 @@ class EngineTransactions:
         self.rollbacks += 1
 
     def _reset(self, *a: object) -> None:
-        self.rollbacks += 1
+        self.pool_resets += 1
 
     def _statement(self, *a: object) -> None:
         self.statements += 1
 
-    def total(self) -> tuple[int, int, int]:
-        return self.commits, self.rollbacks, self.statements
+    def total(self) -> tuple[int, int, int, int]:
+        return self.commits, self.rollbacks, self.statements, self.pool_resets
 
 
 def harvest_args(database: str) -> argparse.Namespace:
@@ -178,12 +180,12 @@ def run_idle(args: argparse.Namespace, bootstrap: str, out: Figures) -> None:
     try:
         counter = EngineTransactions(h.binding.engine)  # type: ignore[attr-defined]
         time.sleep(args.settle)  # leadership's first marks, and the pause growing to its bound
-        c0, r0, s0 = counter.total()
+        c0, r0, s0, p0 = counter.total()
         marks0 = h.metrics.marks  # type: ignore[attr-defined]
         a = server.read()
         time.sleep(window)
         b = server.read()
-        c1, r1, s1 = counter.total()
+        c1, r1, s1, p1 = counter.total()
         marks1 = h.metrics.marks  # type: ignore[attr-defined]
     finally:
         stop(h)
@@ -195,6 +197,7 @@ def run_idle(args: argparse.Namespace, bootstrap: str, out: Figures) -> None:
     f["engine_commits_per_s"] = round((c1 - c0) / window, 2)
     f["engine_rollbacks_per_s"] = round((r1 - r0) / window, 2)
     f["engine_statements_per_s"] = round((s1 - s0) / window, 2)
+    f["engine_pool_resets_per_s"] = round((p1 - p0) / window, 2)
     f["marks_per_s"] = round((marks1 - marks0) / window, 2)
 
 
@@ -252,12 +255,13 @@ def run_steady(args: argparse.Namespace, bootstrap: str, out: Figures) -> None:
     f["p99_ms"] = round(result.latency_ms_p99 or 0, 1)
     f["max_ms"] = round(result.latency_ms_max or 0, 1)
     f["lost"], f["reordered"] = result.lost, result.reordered
-    f["marks"] = result.notes.get("marks")
+    f.update({k: v for k, v in result.notes.items() if k != "received"})
 
 
 def _notify_writer(database: str, table: str, interval: float, batch: int, seconds: float, out: str,
-                   start: object) -> None:
-    """Commit ``batch`` records per transaction as fast as possible for ``seconds``."""
+                   start: object, rate: float) -> None:
+    """Commit ``batch`` records per transaction for ``seconds``: at ``rate`` records/s, or as
+    fast as possible when ``rate`` is 0."""
     import sqlalchemy as sa
 
     from pyharvest import OutboxRecord, notify, stasher
@@ -270,9 +274,12 @@ def _notify_writer(database: str, table: str, interval: float, batch: int, secon
         conn.exec_driver_sql("SELECT 1")
         conn.rollback()
         start.wait()  # type: ignore[attr-defined]
-        deadline = time.monotonic() + seconds
+        started = time.monotonic()
+        deadline = started + seconds
         n = 0
         while time.monotonic() < deadline:
+            if rate and n / rate > time.monotonic() - started:
+                time.sleep(n / rate - (time.monotonic() - started))
             records = [OutboxRecord("t", f"key-{(n + i) % 1000}", b"x" * 100) for i in range(batch)]
             n += batch
             with conn.begin():
@@ -314,30 +321,32 @@ def run_notify_cost(args: argparse.Namespace, bootstrap: str, out: Figures) -> N
     ctx = mp.get_context("spawn")
     f = out.figures
     try:
-        for writers in args.notify_writers:
-            for batch in args.notify_batches:
-                for _round in range(args.notify_rounds):
-                    for mode, interval in NOTIFY_MODES.items():
-                        start = ctx.Barrier(writers)
-                        outs = [str(work / f"{mode}-{w}.json") for w in range(writers)]
-                        procs = [ctx.Process(target=_notify_writer, args=(
-                            args.database, table, notify.NOTIFY_INTERVAL if interval is None else interval,
-                            batch, args.notify_seconds, outs[w], start)) for w in range(writers)]
-                        for p in procs:
-                            p.start()
-                        for p in procs:
-                            p.join()
-                        data = [json.loads(Path(o).read_text()) for o in outs]
-                        commits = [c for d in data for c in d["commit_s"]]
-                        key = f"w{writers}-b{batch}-{mode}"
-                        entry = f.setdefault(key, {"tx_per_s": [], "records_per_s": [], "commit_ms_p50": [],
-                                                   "commit_ms_p99": []})
-                        entry["tx_per_s"].append(round(sum(d["transactions"] for d in data) / args.notify_seconds))  # type: ignore[index]
-                        entry["records_per_s"].append(round(sum(d["records"] for d in data) / args.notify_seconds))  # type: ignore[index]
-                        entry["commit_ms_p50"].append(round(percentile(commits, 0.5) * 1000, 2))  # type: ignore[index]
-                        entry["commit_ms_p99"].append(round(percentile(commits, 0.99) * 1000, 2))  # type: ignore[index]
-                        with engine.begin() as c:
-                            c.exec_driver_sql(f"TRUNCATE {table}")
+        loads = [(w, b, 0.0) for w in args.notify_writers for b in args.notify_batches]
+        if args.notify_rate:
+            loads.append((4, 50, args.notify_rate))  # the steady scenario's writers
+        for writers, batch, rate in loads:
+            for _round in range(args.notify_rounds):
+                for mode, interval in NOTIFY_MODES.items():
+                    start = ctx.Barrier(writers)
+                    outs = [str(work / f"{mode}-{w}.json") for w in range(writers)]
+                    procs = [ctx.Process(target=_notify_writer, args=(
+                        args.database, table, notify.NOTIFY_INTERVAL if interval is None else interval,
+                        batch, args.notify_seconds, outs[w], start, rate / writers)) for w in range(writers)]
+                    for p in procs:
+                        p.start()
+                    for p in procs:
+                        p.join()
+                    data = [json.loads(Path(o).read_text()) for o in outs]
+                    commits = [c for d in data for c in d["commit_s"]]
+                    key = f"w{writers}-b{batch}-{mode}" + (f"-at{rate:.0f}" if rate else "")
+                    entry = f.setdefault(key, {"tx_per_s": [], "records_per_s": [], "commit_ms_p50": [],
+                                               "commit_ms_p99": []})
+                    entry["tx_per_s"].append(round(sum(d["transactions"] for d in data) / args.notify_seconds))  # type: ignore[index]
+                    entry["records_per_s"].append(round(sum(d["records"] for d in data) / args.notify_seconds))  # type: ignore[index]
+                    entry["commit_ms_p50"].append(round(percentile(commits, 0.5) * 1000, 2))  # type: ignore[index]
+                    entry["commit_ms_p99"].append(round(percentile(commits, 0.99) * 1000, 2))  # type: ignore[index]
+                    with engine.begin() as c:
+                        c.exec_driver_sql(f"TRUNCATE {table}")
     finally:
         stop_listening.set()
         t.join()
@@ -383,7 +392,7 @@ def parent(args: argparse.Namespace) -> int:
                            "--notify-seconds", str(args.notify_seconds),
                            "--notify-writers", ",".join(map(str, args.notify_writers)),
                            "--notify-batches", ",".join(map(str, args.notify_batches)),
-                           "--notify-rounds", str(args.notify_rounds)]
+                           "--notify-rounds", str(args.notify_rounds), "--notify-rate", str(args.notify_rate)]
                     print(f"round {rnd + 1}: {scenario} with {label} ...", file=sys.stderr, flush=True)
                     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tempfile.gettempdir(),
                                           env={**os.environ, "PYTHONPATH": str(root / "benchmarks")})
@@ -428,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--notify-writers", type=_ints, default=[1, 4])
     p.add_argument("--notify-batches", type=_ints, default=[1, 50])
     p.add_argument("--notify-rounds", type=int, default=2)
+    p.add_argument("--notify-rate", type=float, default=10_000, help="also 4 writers x 50 at this rate; 0: not")
     p.add_argument("--json", default=None)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--scenario", default=None, help=argparse.SUPPRESS)

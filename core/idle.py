@@ -1,10 +1,11 @@
 """When the main loop marks next: adaptive polling while the outbox is empty, and push wake-ups.
 
 A mark that finds nothing still costs the database a transaction. Polling every
-``markBackoff`` (10 ms) made an idle leader cost about 100 transactions a second; so while
-marks find nothing the pause doubles, from ``markBackoff`` up to ``maxMarkBackoff`` (1 s by
-default), and the first mark that returns rows brings it back to ``markBackoff``. Latency
-under load is unchanged: a busy outbox keeps returning rows.
+``markBackoff`` (10 ms) made an idle leader cost about 100 transactions a second; so once
+marks have found nothing for :data:`IDLE_AFTER` the pause doubles with each empty mark, from
+``markBackoff`` up to ``maxMarkBackoff`` (1 s by default), and the first mark that returns
+rows brings it back. The grace period keeps a busy outbox marked exactly as before: writers
+commit in bursts, and the short gaps between them must not stretch the pause.
 
 Where the binding can hear that rows were added (PostgreSQL's ``LISTEN``, see
 :class:`~pyharvest.core.binding.ChangeFeed`), a notification makes the next mark due at once,
@@ -18,17 +19,24 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["IdleBackoff", "Wakeup"]
+__all__ = ["IDLE_AFTER", "IdleBackoff", "Wakeup"]
+
+#: Marks must have found nothing for this long before the pause grows past ``markBackoff``.
+IDLE_AFTER = 0.1
 
 
 class IdleBackoff:
     """The pause before the next mark; the main loop's thread alone calls it."""
 
-    def __init__(self, first: float, bound: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, first: float, bound: float, clock: Callable[[], float] = time.monotonic, idle_after: float = IDLE_AFTER
+    ) -> None:
         self.first = first
         self.bound = max(first, bound)
+        self.idle_after = idle_after
         self._clock = clock
         self._pause = 0.0
+        self._empty_since: float | None = None
         self._due = clock()
 
     @property
@@ -37,16 +45,23 @@ class IdleBackoff:
         return self._pause
 
     def found_rows(self) -> None:
-        """A mark returned rows: the next may follow at once, and an empty one after it waits
+        """A mark returned rows: the next may follow at once, and empty ones after it wait
         ``first`` again."""
         self._pause = 0.0
+        self._empty_since = None
         self._due = self._clock()
 
     def found_nothing(self) -> None:
-        """A mark returned nothing: wait ``first``, then twice as long after each further empty
-        mark, up to ``bound``."""
-        self._pause = self.first if self._pause <= 0 else min(self.bound, self._pause * 2)
-        self._due = self._clock() + self._pause
+        """A mark returned nothing: wait ``first``; once marks have found nothing for
+        ``idle_after``, twice as long after each further empty mark, up to ``bound``."""
+        now = self._clock()
+        if self._empty_since is None:
+            self._empty_since = now
+        if now - self._empty_since < self.idle_after or self._pause <= 0:
+            self._pause = self.first
+        else:
+            self._pause = min(self.bound, self._pause * 2)
+        self._due = now + self._pause
 
     def wake(self) -> None:
         """Rows may have been added: mark now. The pause keeps growing if the mark finds

@@ -23,23 +23,37 @@ class Clock:
         return self.now
 
 
-def test_pause_doubles_from_mark_backoff_up_to_the_bound():
-    clock = Clock()
-    idle = IdleBackoff(0.01, 1.0, clock)
-    assert idle.due_in() <= 0  # the first mark is due at once
+def empty_marks(idle: IdleBackoff, clock: Clock, n: int) -> list[float]:
+    """The pauses after ``n`` empty marks, each made when the one before was due."""
     pauses = []
-    for _ in range(10):
+    for _ in range(n):
         idle.found_nothing()
         pauses.append(round(idle.due_in(), 6))
         clock.now += idle.due_in()
-    assert pauses == [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0, 1.0, 1.0]
+    return pauses
+
+
+def test_pause_doubles_from_mark_backoff_up_to_the_bound_once_idle():
+    clock = Clock()
+    idle = IdleBackoff(0.01, 1.0, clock, idle_after=0.1)
+    assert idle.due_in() <= 0  # the first mark is due at once
+    pauses = empty_marks(idle, clock, 20)
+    # markBackoff for the first 100 ms of emptiness, then doubling to the bound.
+    assert pauses == [0.01] * 10 + [0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0, 1.0, 1.0, 1.0]
+
+
+def test_short_gaps_in_a_busy_stream_keep_the_pause_short():
+    clock = Clock()
+    idle = IdleBackoff(0.01, 1.0, clock, idle_after=0.1)
+    for _ in range(50):  # a burst of rows every 30 ms: two or three empty marks between
+        idle.found_rows()
+        assert set(empty_marks(idle, clock, 3)) == {0.01}
 
 
 def test_rows_reset_the_pause():
     clock = Clock()
-    idle = IdleBackoff(0.01, 1.0, clock)
-    for _ in range(12):
-        idle.found_nothing()
+    idle = IdleBackoff(0.01, 1.0, clock, idle_after=0.1)
+    empty_marks(idle, clock, 30)
     assert idle.pause == 1.0
     idle.found_rows()
     assert idle.due_in() <= 0  # the next mark follows at once
@@ -49,10 +63,8 @@ def test_rows_reset_the_pause():
 
 def test_a_wake_up_makes_the_mark_due_now_but_keeps_the_pause_growing():
     clock = Clock()
-    idle = IdleBackoff(0.01, 1.0, clock)
-    for _ in range(5):
-        idle.found_nothing()
-    assert idle.due_in() == pytest.approx(0.16)
+    idle = IdleBackoff(0.01, 1.0, clock, idle_after=0.1)
+    assert empty_marks(idle, clock, 14)[-1] == 0.16
     idle.wake()
     assert idle.due_in() <= 0
     # A notification for rows an earlier mark already took: the mark finds nothing.
@@ -63,9 +75,7 @@ def test_a_wake_up_makes_the_mark_due_now_but_keeps_the_pause_growing():
 def test_a_bound_below_mark_backoff_means_a_constant_pause():
     clock = Clock()
     idle = IdleBackoff(0.05, 0.01, clock)
-    for _ in range(4):
-        idle.found_nothing()
-        assert idle.due_in() == pytest.approx(0.05)
+    assert set(empty_marks(idle, clock, 10)) == {0.05}
 
 
 def test_wakeup_kept_until_waited_for():
