@@ -135,7 +135,7 @@ def listen_backends(engine: sa.Engine, table: str) -> list[int]:
 
 def test_the_listen_connection_is_reported_and_reconnects(kafka_config, kafka_bootstrap, topic_name, pg_url, pg_table):
     from pyharvest.bindings.ops import start_ops_server
-    from tests.test_metrics_server import probe
+    from tests.test_metrics_server import probe, scrape
 
     create_topic(kafka_bootstrap, topic_name, 1)
     admin = sa.create_engine(pg_url)
@@ -147,6 +147,7 @@ def test_the_listen_connection_is_reported_and_reconnects(kafka_config, kafka_bo
                 lead_and_idle(h)
                 status, body = probe(ops, "/readyz")
                 assert status == 200 and body["change_feed_connected"] is True
+                assert scrape(ops)["pyharvest_change_feed_connected"] == 1
                 feed = h.binding.change_feed  # type: ignore[union-attr]
                 (pid,) = listen_backends(admin, pg_table)
                 with admin.connect() as c:
