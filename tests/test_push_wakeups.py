@@ -228,3 +228,34 @@ def test_other_databases_back_off_when_idle_and_records_still_flow(
         with writer.begin() as c:
             c.execute(sa.text(f"DROP TABLE {table}"))
         writer.dispose()
+
+
+def test_the_shards_of_an_outbox_share_one_listening_connection(kafka_config, kafka_bootstrap, topic_name, pg_url):
+    from pyharvest import ShardedHarvest
+
+    table = unique_table()
+    create_outbox_table(pg_url, table, shards=2)
+    create_topic(kafka_bootstrap, topic_name, 2)
+    writer = sa.create_engine(pg_url)
+    config = Config(
+        base_kafka_config=dict(kafka_config), leader_group_id=f"push-{uuid.uuid4().hex[:8]}", data_source=pg_url,
+        outbox_table=table, shards=2,
+        limits=Limits(heartbeat_timeout=2.0, min_poll_interval=0.05, mark_backoff=0.01, max_mark_backoff=LONG_PAUSE),
+    )
+    try:
+        with ShardedHarvest(config) as h:
+            wait_until(lambda: len(h.leading_shards) == 2)
+            time.sleep(2.0)  # both shards idle, their pauses long
+            assert h.health().change_feed_connected is True
+            assert len(listen_backends(writer, table)) == 1
+            started = time.monotonic()
+            for key in ("a", "b", "c", "d"):  # keys of both shards
+                with writer.begin() as tx:
+                    stasher.Stasher(table).stash(tx, OutboxRecord(topic_name, key, b"v"))
+                time.sleep(0.1)  # a quiet spell: each transaction notifies
+            wait_until(lambda: sum(e.metrics.records_purged for e in h.engines.values()) == 4, LONG_PAUSE / 2)
+            assert time.monotonic() - started < LONG_PAUSE / 3
+    finally:
+        with writer.begin() as c:
+            c.execute(sa.text(f"DROP TABLE {table}"))
+        writer.dispose()
