@@ -7,13 +7,13 @@ thread calls :meth:`DatabaseBinding.purge` and :meth:`DatabaseBinding.reset`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from pyharvest.core.records import OutboxRecord
 
-__all__ = ["DatabaseBinding", "QuarantineBinding", "QuarantineEntry", "ShardableBinding"]
+__all__ = ["ChangeFeed", "DatabaseBinding", "QuarantineBinding", "QuarantineEntry", "ShardableBinding"]
 
 
 @runtime_checkable
@@ -75,4 +75,27 @@ class ShardableBinding(DatabaseBinding, Protocol):
     def for_shard(self, shards: int, shard: int) -> DatabaseBinding:
         """A binding on the same database whose marks take only ``shard``'s rows; disposing it
         leaves the shared resources to this binding."""
+        ...
+
+
+@runtime_checkable
+class ChangeFeed(Protocol):
+    """Optional: a binding that hears when rows may have been added to its outbox (PostgreSQL's
+    ``LISTEN``), so that an idle engine marks at once instead of at the end of its pause.
+
+    A binding without one, or whose :meth:`watch` returns None, is polled
+    (:mod:`pyharvest.core.idle`). A notification may be lost (the feed reconnecting); polling
+    finds those rows within one ``maxMarkBackoff``.
+    """
+
+    def watch(self, wake: Callable[[], None]) -> Callable[[], None] | None:
+        """Call ``wake`` (from any thread, cheaply) whenever rows may have been added, and once
+        after the feed (re)connects, since a notification may have been missed while it was
+        down. Returns the function that stops the calls, or None when this binding cannot
+        hear changes after all (a database or driver without them)."""
+        ...
+
+    @property
+    def feed_connected(self) -> bool | None:
+        """Whether the feed is listening now; None when nothing watches (or it cannot)."""
         ...

@@ -41,6 +41,7 @@ DEFAULT_DATA_SOURCE = "host=localhost port=5432 user=postgres password= dbname=p
 DEFAULT_BOOTSTRAP_SERVERS = "localhost:9092"
 DEFAULT_MAX_IN_FLIGHT_RECORDS = 4000
 DEFAULT_MARK_QUERY_RECORDS = 1000
+DEFAULT_MAX_MARK_BACKOFF = 1.0
 
 _VALID_KAFKA_NAME = re.compile(r"[^a-zA-Z0-9._-]")
 
@@ -65,6 +66,7 @@ class Limits:
     drain_interval: float | None = None
     queue_timeout: float | None = None
     mark_backoff: float | None = None
+    max_mark_backoff: float | None = None
     max_in_flight_records: int | None = None
     send_concurrency: int | None = None
     send_buffer: int | None = None
@@ -84,6 +86,9 @@ class Limits:
         r.queue_timeout = _dflt(r.queue_timeout, 30.0)
         r.drain_interval = _dflt(r.drain_interval, min(r.max_poll_interval, r.queue_timeout))
         r.mark_backoff = _dflt(r.mark_backoff, 0.01)
+        # An idle leader backs off to this: one mark (one transaction) a second instead of a
+        # hundred, at the price of a lone record's latency where nothing wakes it sooner.
+        r.max_mark_backoff = _dflt(r.max_mark_backoff, max(DEFAULT_MAX_MARK_BACKOFF, _number_or_zero(r.mark_backoff)))
         # Larger than goharvest's 1000 and 100: each mark and purge statement costs a few
         # milliseconds whatever its size, so bigger marks over a wider window drain about twice
         # as fast (docs/performance.md). Memory stays bounded by the window.
@@ -113,6 +118,7 @@ class Limits:
         at_least("queue_timeout", 0.001, "s")
         at_least("max_poll_interval", self.min_poll_interval or 0.001, "s")
         at_least("shutdown_timeout", 0, "s")
+        at_least("max_mark_backoff", self.mark_backoff or 0, "s")
         for name in ("max_in_flight_records", "send_concurrency", "mark_query_records", "max_delivery_attempts"):
             at_least(name, 1)
             if not isinstance(getattr(self, name), int):
@@ -186,6 +192,11 @@ MAX_SHARDS = 256
 
 def _dflt(value: Any, default: Any) -> Any:
     return default if value is None else value
+
+
+def _number_or_zero(value: object) -> float:
+    """``value`` if it is a number (validation reports it otherwise), else 0."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
 def _default_name() -> str:

@@ -40,7 +40,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 
-from pyharvest.core.binding import DatabaseBinding
+from pyharvest.core.binding import ChangeFeed, DatabaseBinding
 from pyharvest.core.config import Config, mask_data_source, mask_kafka_config
 from pyharvest.core.delivery import DeliveryProcessor, Flight
 from pyharvest.core.dispatch import Dispatcher
@@ -49,6 +49,7 @@ from pyharvest.core.events import LeaderAcquired, LeaderFenced, LeaderRefreshed,
 from pyharvest.core.gate import KeyGate
 from pyharvest.core.health import DatabaseProbe, Health
 from pyharvest.core.identity import OUTBOX_HEADER, RECORD_ID_HEADER
+from pyharvest.core.idle import IdleBackoff, Wakeup
 from pyharvest.core.kafka import KafkaClients
 from pyharvest.core.kafka_origins import explain_harvest_refusal
 from pyharvest.core.lifecycle import Lifecycle, State
@@ -119,6 +120,9 @@ class HarvestEngine(Lifecycle):
         self._delivery_thread: threading.Thread | None = None
         self._main_done = threading.Event()
         self._database_probe = DatabaseProbe()
+        self._idle = IdleBackoff(limits.mark_backoff or 0.0, limits.max_mark_backoff or 0.0)
+        self._wakeup = Wakeup()
+        self._unwatch: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ public API
 
@@ -154,8 +158,10 @@ class HarvestEngine(Lifecycle):
         database answer (``None`` where the binding or client cannot tell)."""
         neli = self._neli
         broker = neli.broker_connected if neli is not None else None
-        database = self._database_probe.check(self._binding)
-        return Health(self._state is State.RUNNING, self.is_leader, broker, database)
+        binding = self._binding
+        database = self._database_probe.check(binding)
+        feed = binding.feed_connected if self._unwatch is not None and isinstance(binding, ChangeFeed) else None
+        return Health(self._state is State.RUNNING, self.is_leader, broker, database, feed)
 
     def start(self) -> None:
         """Connect and start harvesting in the background. Errors at start-up (unreachable
@@ -173,6 +179,8 @@ class HarvestEngine(Lifecycle):
         try:
             source = self._binding_source
             self._binding = source if isinstance(source, DatabaseBinding) else source()
+            if isinstance(self._binding, ChangeFeed):
+                self._unwatch = self._binding.watch(self._on_change)
             self._sender.open()
             limits = cfg.limits
             self._neli = self._leadership_source(self._on_leader_status) if self._leadership_source else Neli(
@@ -208,6 +216,11 @@ class HarvestEngine(Lifecycle):
 
     def _wake(self) -> None:
         self._dispatch.wake()
+        self._wakeup.set()
+
+    def _on_change(self) -> None:
+        """The binding heard that rows may have been added: end the idle pause."""
+        self._wakeup.set()
 
     # ------------------------------------------------------------------ events
 
@@ -262,6 +275,16 @@ class HarvestEngine(Lifecycle):
         leader_id = self._leader_id
         if leader_id is None:
             return
+        idle = self._idle
+        due_in = idle.due_in()
+        if due_in > 0:
+            # Pausing after empty marks; leadership is still pulsed on time, and a wake-up
+            # (rows added, or stop) ends the pause.
+            if self._wakeup.wait(min(due_in, max(self._neli.poll_due(), 0.001))):
+                idle.wake()
+            return
+        # Kept if it comes during the mark: the mark may not have seen those rows.
+        self._wakeup.clear()
         started = time.monotonic()
         try:
             records = self._binding.mark(leader_id, min(self._mark_size, free))
@@ -284,10 +307,11 @@ class HarvestEngine(Lifecycle):
             dispatch.raise_remark()
             return
         if records:
+            idle.found_rows()
             self.metrics.records_marked += len(records)
             dispatch.dispatch(records)
         else:
-            self._stopping.wait(limits.mark_backoff)
+            idle.found_nothing()
 
     def _remark(self) -> None:
         """Take every unacknowledged record again, under a new leader id, once nothing is in
@@ -311,6 +335,7 @@ class HarvestEngine(Lifecycle):
         """Lead under a fresh id: rows marked under any earlier one count as unmarked."""
         leader_id = str(uuid.uuid4())
         self._leader_id = leader_id
+        self._idle.found_rows()  # what the last leader id marked is to be taken again now
         self._dispatch.lead()
         return leader_id
 
@@ -360,6 +385,12 @@ class HarvestEngine(Lifecycle):
 
     def _dispose_resources(self) -> None:
         neli, self._neli = self._neli, None
+        unwatch, self._unwatch = self._unwatch, None
+        if unwatch is not None:
+            try:
+                unwatch()
+            except Exception as e:  # noqa: BLE001 - keep closing the rest
+                log.warning("error closing the change feed: %s", one_line(e))
         producer = self._sender.detach()
         binding, self._binding = self._binding, None
         for what, close in (

@@ -24,6 +24,10 @@ class Health:
     leader: bool
     broker_connected: bool | None
     database_connected: bool | None
+    #: Whether the binding's change feed (PostgreSQL's ``LISTEN`` connection) is listening; None
+    #: where the binding has none. It does not decide readiness: while it reconnects, marks
+    #: still find every record, within one ``maxMarkBackoff``.
+    change_feed_connected: bool | None = None
 
     @property
     def ready(self) -> bool:

@@ -71,12 +71,15 @@ class ShardedHarvestEngine(Lifecycle):
     def health(self) -> Health:
         group = self._group
         engines = list(self.engines.values())
-        database = [e.health().database_connected for e in engines]
+        healths = [e.health() for e in engines]
+        database = [h.database_connected for h in healths]
+        feed = [h.change_feed_connected for h in healths if h.change_feed_connected is not None]
         return Health(
             running=self._state is State.RUNNING,
             leader=self.is_leader,
             broker_connected=group.broker_connected if group is not None else None,
             database_connected=False if False in database else (True if database else None),
+            change_feed_connected=all(feed) if feed else None,
         )
 
     def start(self) -> None:

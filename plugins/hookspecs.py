@@ -23,7 +23,7 @@ import pluggy
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
-    from pyharvest.plugins.api import BulkWriter, MarkStrategy, OutboxTable
+    from pyharvest.plugins.api import BulkWriter, ListenerFactory, MarkStrategy, OutboxTable, TableName
     from pyharvest.plugins.api.capabilities import Capabilities
 
 __all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
@@ -144,6 +144,28 @@ def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence
     order through an index named ``index`` (an expression index, or a generated column and an
     index on it). Run once, by ``reaper init-db --shards N``, when no index of that name exists.
     Default: ``CREATE INDEX index ON table ((COALESCE(kafka_key_hash, 0) % shards), id)``."""
+
+# --- Push wake-ups: an idle harvester woken by the writer's commit ---------------------------
+
+
+@hookspec(firstresult=True)
+def pyharvest_notify_statement(table: TableName) -> sa.Executable | None:
+    """A statement that, run in a writer's transaction, wakes the harvesters listening on
+    ``table`` (:func:`pyharvest_listener`) when that transaction commits, and not at all if it
+    rolls back; PostgreSQL: ``SELECT pg_notify(channel, '')``. The stasher runs it at most once
+    per transaction, and not on every one (see :mod:`pyharvest.notify`). None: the database
+    cannot; the harvester finds the rows by polling (``maxMarkBackoff``)."""
+
+
+@hookspec(firstresult=True)
+def pyharvest_listener(engine: sa.Engine, table: TableName) -> ListenerFactory | None:
+    """How to open a dedicated connection of ``engine`` that listens for
+    :func:`pyharvest_notify_statement`'s notifications on ``table``: a function the binding
+    calls to connect, and again to reconnect after a failure. It must open a connection of
+    its own (not one the pool hands to marks), and must answer without connecting. The same
+    ``table`` must give the same channel whether or not it is schema-qualified, as the stasher
+    and the harvester may name it differently. None: the database or driver cannot listen."""
+
 
 # --- Writing many rows: the inbox's and Spark's database differences ----------------------
 

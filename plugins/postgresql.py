@@ -12,6 +12,9 @@ sorts the table.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import inspect
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
@@ -24,10 +27,12 @@ from pyharvest.plugins.api import (
     NATIVE,
     BulkWriter,
     Capabilities,
+    ListenerFactory,
     MarkQuery,
     MarkStrategy,
     OutboxTable,
     ReturningMark,
+    TableName,
     begin_if_needed,
     expression_index_ddl,
     hookimpl,
@@ -332,6 +337,72 @@ class _OneColumn(Sequence[tuple[Any]]):
         if isinstance(index, slice):
             return [(v,) for v in self._values[index]]
         return (self._values[index],)
+
+
+# --- Push wake-ups: LISTEN / NOTIFY ----------------------------------------------------------
+
+#: Channel names are identifiers: at most 63 bytes (NAMEDATALEN - 1).
+_CHANNEL_LENGTH = 63
+_CHANNEL_PREFIX = "pyharvest_outbox."
+
+
+def notify_channel(table: TableName) -> str:
+    """The channel of an outbox's notifications. From the table's name alone, lower-cased, so
+    that a writer naming ``app.outbox`` and a harvester naming ``outbox`` meet (same-named
+    outboxes of other schemas share the channel: a spurious wake-up costs one empty mark). A
+    name too long for a channel is cut and made unique again by a hash."""
+    name = table.name.lower()
+    channel = _CHANNEL_PREFIX + name
+    if len(channel.encode()) <= _CHANNEL_LENGTH:
+        return channel
+    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+    return f"{_CHANNEL_PREFIX}{name[:32]}.{digest}"
+
+
+@hookimpl
+def pyharvest_notify_statement(table: TableName) -> sa.Executable:
+    # pg_notify() takes the channel as a value: no quoting, and it matches the quoted LISTEN.
+    return sa.text("SELECT pg_notify(:channel, '')").bindparams(channel=notify_channel(table))
+
+
+class PsycopgListener:
+    """A connection of the engine's, detached from its pool, in autocommit, listening on one
+    channel (psycopg 3.2+: ``notifies(timeout=...)``)."""
+
+    def __init__(self, engine: sa.Engine, channel: str) -> None:
+        # The pool's creator makes it, so it gets the engine's connect arguments and session
+        # settings; detached, it no longer counts against (or returns to) the pool.
+        raw = engine.raw_connection()
+        conn: Any = raw.driver_connection
+        self._conn = conn
+        raw.detach()
+        try:
+            self._conn.autocommit = True
+            self._conn.execute(f"LISTEN {_preparer.quote_identifier(channel)}")
+        except BaseException:
+            self.close()
+            raise
+
+    def wait(self, timeout: float) -> bool:
+        return any(True for _ in self._conn.notifies(timeout=timeout, stop_after=1))
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # it may be dead already
+            self._conn.close()
+
+
+def _listens_with_timeout() -> bool:
+    import psycopg
+
+    return "timeout" in inspect.signature(psycopg.Connection.notifies).parameters
+
+
+@hookimpl
+def pyharvest_listener(engine: sa.Engine, table: TableName) -> ListenerFactory | None:
+    if engine.dialect.driver != "psycopg" or not _listens_with_timeout():
+        return None  # psycopg 3.2+ only; other drivers are polled
+    channel = notify_channel(table)
+    return lambda: PsycopgListener(engine, channel)
 
 
 def _distinct_on(select: sa.Select[Any], columns: Sequence[sa.ColumnElement[Any]]) -> sa.Select[Any]:

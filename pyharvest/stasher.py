@@ -54,6 +54,7 @@ import sqlalchemy as sa
 
 from pyharvest import tracing
 from pyharvest.core.records import Header, OutboxRecord, validate_record
+from pyharvest.notify import awake_harvester, wake_harvester
 from pyharvest.stash_errors import (
     KAFKA_MESSAGE_MAX_BYTES,
     KeyTooLongError,
@@ -534,6 +535,7 @@ class Stasher:
         conn = _connection(tx)
         shape = _shape_of(conn, self.table)
         outbox, insert = _statement(conn.dialect.name, self.table, _forced(shape, self.layout))
+        wake_harvester(conn, self.table)  # PostgreSQL: NOTIFY on commit, now and then
         return PreparedStasher(conn, outbox, insert, self.propagate_trace, self.bulk, self._limits(shape))
 
     async def aprepare(self, tx: AsyncTx) -> AsyncPreparedStasher:
@@ -541,6 +543,7 @@ class Stasher:
         conn = await _async_connection(tx)
         shape = await _ashape_of(conn, self.table)
         outbox, insert = _statement(conn.dialect.name, self.table, _forced(shape, self.layout))
+        await awake_harvester(conn, self.table)
         return AsyncPreparedStasher(conn, outbox, insert, self.propagate_trace, self._limits(shape))
 
     def batch(self, tx: sa.Connection | Session, flush_every: int = 100) -> BatchStasher:

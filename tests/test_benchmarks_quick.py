@@ -52,3 +52,27 @@ def test_shard_drain_runs_and_verifies(dialect, database_url, kafka_bootstrap, t
     assert [(r["processes"], r["shards"], r["added_rtt_ms"]) for r in runs] == [(1, 1, 0), (2, 4, 0), (1, 1, 1), (2, 4, 1)]
     for r in runs:
         assert r["lost"] == 0 and r["reordered"] == 0 and r["records_per_second"] > 0, r
+
+
+def test_idle_benchmark_runs(dialect, database_url, kafka_bootstrap, tmp_path):
+    """``benchmarks/idle_bench.py`` at toy sizes: every lone record is acknowledged, and the
+    idle scenario reports the leader's marks (on PostgreSQL, what NOTIFY costs writers too)."""
+    if dialect == "sqlite":
+        database_url = f"sqlite:///{tmp_path / 'bench.db'}"
+    if dialect not in ("sqlite", "postgresql", "mysql"):
+        pytest.skip("the idle benchmark reads PostgreSQL's and MariaDB's counters; others are not benchmarked")
+    scenarios = "idle,lone" + (",notify-cost" if dialect == "postgresql" else "")
+    out = tmp_path / "idle.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.idle_bench", "--database", database_url, "--bootstrap", kafka_bootstrap,
+         "--scenarios", scenarios, "--idle-seconds", "1", "--settle", "1", "--lone-records", "5",
+         "--notify-seconds", "0.5", "--notify-writers", "1", "--notify-batches", "1", "--notify-rounds", "1",
+         "--notify-rate", "0", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=280,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    results = {r["scenario"]: r["figures"] for r in json.loads(out.read_text())}
+    assert results["idle"]["marks_per_s"] > 0
+    assert results["lone"]["acked"] == 5
+    if dialect == "postgresql":
+        assert results["notify-cost"]["w1-b1-every-tx"]["tx_per_s"][0] > 0

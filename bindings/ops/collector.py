@@ -239,6 +239,12 @@ class HarvestCollector(Collector):
                 f"{ns}_database_connected", "1 while the database answers (pinged at most every 2s).",
                 value=1.0 if health.database_connected else 0.0,
             )
+        if health.change_feed_connected is not None:
+            yield GaugeMetricFamily(
+                f"{ns}_change_feed_connected",
+                "1 while the connection listening for the stasher's notifications (PostgreSQL) is up.",
+                value=1.0 if health.change_feed_connected else 0.0,
+            )
         yield GaugeMetricFamily(f"{ns}_ready", "1 while /readyz answers 200.", value=1.0 if health.ready else 0.0)
 
         for suffix, attr, doc in _COUNTERS:

@@ -4,7 +4,8 @@
   it has stopped (crashed or stopped), so an orchestrator restarts the process.
 * ``/readyz`` — readiness: 200 while :meth:`HarvestEngine.health` says ready (running, and neither
   the broker nor the database known to be unreachable), leader or standby alike; 503
-  otherwise. Both answer a JSON body saying what is up and what is down.
+  otherwise. Both answer a JSON body saying what is up and what is down; ``/readyz``'s
+  includes whether the change feed (PostgreSQL's ``LISTEN`` connection) is connected.
 * ``/metrics`` — the Prometheus exposition (OpenMetrics when the scraper asks for it).
 """
 
@@ -57,6 +58,9 @@ def health_report(harvest: HarvestEngine | ShardedHarvestEngine) -> tuple[bool, 
         "running": health.running,
         "broker_connected": health.broker_connected,
         "database_connected": health.database_connected,
+        # PostgreSQL's LISTEN connection; None where the binding polls only. While it is down
+        # the harvester polls, so it does not make the process unready.
+        "change_feed_connected": health.change_feed_connected,
     }
     if down:
         body["down"] = down

@@ -86,6 +86,10 @@ class ShardedHarvestCollector(Collector):
         if health.broker_connected is not None:
             yield GaugeMetricFamily(f"{ns}_broker_connected", "1 while the leader group's client reaches a broker.",
                                     value=1.0 if health.broker_connected else 0.0)
+        if health.change_feed_connected is not None:
+            yield GaugeMetricFamily(f"{ns}_change_feed_connected",
+                                    "1 while the connection listening for the stasher's notifications is up.",
+                                    value=1.0 if health.change_feed_connected else 0.0)
         engines = sorted(h.engines.items())
         leader = GaugeMetricFamily(f"{ns}_leader", "1 while this process leads the shard.", labels=["shard"])
         in_flight = GaugeMetricFamily(f"{ns}_in_flight_records", "Records sent and not yet acknowledged.",

@@ -12,6 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from pyharvest.bindings.sql.change_feed import OutboxChangeFeed
 from pyharvest.bindings.sql.quarantine import QuarantinedKey, QuarantineTable
 from pyharvest.bindings.sql.statements import OutboxStatements
 from pyharvest.core.binding import QuarantineEntry
@@ -60,6 +61,7 @@ class SqlBinding:
         on_malformed: MalformedRowHandler | None = None,
         display_url: str = "",
         quarantine: QuarantineTable | None = None,
+        change_feed: OutboxChangeFeed | None = None,
     ) -> None:
         self.engine = engine
         self.outbox = outbox
@@ -78,6 +80,8 @@ class SqlBinding:
         self._purge, self._reset, self._reset_own = statements.purge, statements.reset, statements.reset_own
         self._count = statements.count
         self._owns_engine = True
+        #: Where the dialect can listen (PostgreSQL), what wakes an idle engine; shared by shards.
+        self.change_feed = change_feed or OutboxChangeFeed(engine, dialect, outbox.name)
 
     def for_shard(self, shards: int, shard: int) -> SqlBinding:
         """A binding on the same engine whose marks take only the rows of ``shard`` of
@@ -97,7 +101,7 @@ class SqlBinding:
         outbox = self.outbox.where(shard_filter)
         part = SqlBinding(
             self.engine, outbox, self.dialect, on_malformed=self.on_malformed, display_url=self._display_url,
-            quarantine=self.quarantine_table,
+            quarantine=self.quarantine_table, change_feed=self.change_feed,
         )
         part._owns_engine = False
         # The shard's backlog, counted through its index.
@@ -219,6 +223,19 @@ class SqlBinding:
         with self.engine.connect() as conn:
             conn.execute(_PING).scalar_one()
 
+    # ------------------------------------------------------------------ change feed
+
+    def watch(self, wake: Callable[[], None]) -> Callable[[], None] | None:
+        """:class:`~pyharvest.core.binding.ChangeFeed`: ``wake`` on the stasher's notifications,
+        where the dialect can listen; None otherwise (the engine polls)."""
+        return self.change_feed.watch(wake)
+
+    @property
+    def feed_connected(self) -> bool | None:
+        feed = self.change_feed
+        return feed.connected if feed.supported and feed.watching else None
+
     def dispose(self) -> None:
         if self._owns_engine:
+            self.change_feed.close()
             self.engine.dispose()

@@ -13,6 +13,7 @@ What is here:
   and the strategies built on it (:class:`ReturningMark`, :class:`ReturningIdsMark`,
   :class:`TransactionalMark`);
 * bulk writes: the :class:`BulkWriter` protocol and its helpers;
+* push wake-ups: the :class:`Listener` protocol (PostgreSQL's ``LISTEN``);
 * :class:`Capabilities`: the flags a dialect declares instead of being recognised by name;
 * :class:`Dialect`, :func:`load_dialect`: a loaded plugin with typed access to its hooks.
 """
@@ -37,6 +38,7 @@ from pyharvest.plugins.api.marking import (
     TransactionalMark,
     literal_limit,
 )
+from pyharvest.plugins.api.notify import Listener, ListenerFactory
 from pyharvest.plugins.api.shards import SHARD_EXPRESSION, expression_index_ddl, shard_column, shard_column_filter
 from pyharvest.plugins.api.table import (
     GOHARVEST,
@@ -70,6 +72,8 @@ __all__ = [
     "BulkWriter",
     "Capabilities",
     "Dialect",
+    "Listener",
+    "ListenerFactory",
     "MalformedRowError",
     "MarkQuery",
     "MarkStrategy",

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from pyharvest.plugins.api.bulk import BulkWriter
     from pyharvest.plugins.api.identifiers import TableName
     from pyharvest.plugins.api.marking import MarkStrategy
+    from pyharvest.plugins.api.notify import ListenerFactory
     from pyharvest.plugins.api.table import OutboxTable
 
 __all__ = ["ENTRY_POINT_GROUP", "Dialect", "dialect_for_backend", "dialect_of", "installed_dialects", "load_dialect"]
@@ -198,6 +199,18 @@ class Dialect:
     def bulk_move_statements(self) -> list[str]:
         """Statements that tune one transaction copying many rows in order (may be none)."""
         return list(self._hook.pyharvest_bulk_move_statements() or ())
+
+    def notify_statement(self, table: TableName) -> sa.Executable | None:
+        """What a writer runs in its transaction to wake the harvesters of ``table`` on commit;
+        None where the database cannot."""
+        statement: sa.Executable | None = self._hook.pyharvest_notify_statement(table=table)
+        return statement
+
+    def listener(self, engine: sa.Engine, table: TableName) -> ListenerFactory | None:
+        """Opens a connection listening for ``table``'s notifications; None where the database
+        or driver cannot."""
+        factory: ListenerFactory | None = self._hook.pyharvest_listener(engine=engine, table=table)
+        return factory
 
     def layout_of(self, connection: sa.Connection, name: TableName) -> str:
         """The layout of the existing table ``name``: the dialect's only one, or recognised from
