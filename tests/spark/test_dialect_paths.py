@@ -139,11 +139,14 @@ def test_sink_remembers_identities_once(
         monkeypatch.setattr(Dialect, "insert_new_keys", lambda self, *a, **k: None)
     sink = ExactlyOnceSink(database_url, apply=lambda conn, batch: None, checkpoint_table=f"{table_name}_b")
     db = sink._database()
+    dropped = 0
 
     def drop_seen(identities: list[str]) -> list[str]:
+        nonlocal dropped
         batch = pa.table({IDENTITY_COLUMN: identities, "n": list(range(len(identities)))})
         with db.engine.begin() as conn:
-            kept = sink._drop_seen(conn, db.plugin, batch, datetime.now(UTC))
+            kept = sink._tasks.drop_seen(conn, db.plugin, batch, datetime.now(UTC))
+        dropped += len(identities) - kept.num_rows
         return [identities[i] for i in kept.column("n").to_pylist()]
 
     try:
@@ -152,14 +155,14 @@ def test_sink_remembers_identities_once(
         many = [f"id-{i}" for i in range(2500)]  # over every list limit: looked up in chunks
         assert drop_seen([*many[:1200], "e"]) == many[:1200]
         assert drop_seen(["a", *many, "f"]) == [*many[1200:], "f"]
-        assert sink.dropped_duplicates == 1 + 2 + 1 + 1201
+        assert dropped == 1 + 2 + 1 + 1201
         seen = f"{table_name}_b_seen"
         assert _rows(database_url, f"SELECT count(*), count(DISTINCT identity) FROM {seen}") == [(2506, 2506)]
         # Another sink's identities are its own.
         other = ExactlyOnceSink(database_url, apply=lambda conn, batch: None, checkpoint_table=f"{table_name}_b",
                                 name="other")
         with db.engine.begin() as conn:
-            kept = other._drop_seen(conn, db.plugin, pa.table({IDENTITY_COLUMN: ["a", "zz"]}), datetime.now(UTC))
+            kept = other._tasks.drop_seen(conn, db.plugin, pa.table({IDENTITY_COLUMN: ["a", "zz"]}), datetime.now(UTC))
         assert kept.num_rows == 2
     finally:
         db.engine.dispose()
