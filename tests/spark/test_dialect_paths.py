@@ -205,3 +205,119 @@ def test_staged_rows_can_be_made_again_whatever_the_columns() -> None:
     expected = [(2, 99, (2 << 40) + i, "topic", k, f"v{i}".encode(), "[]") for i, k in enumerate("abc")]
     assert len(rows) == 3
     assert list(rows) == expected and list(rows) == expected
+
+
+def _messages(ids: list[int]) -> list[pa.RecordBatch]:
+    """A partition of a micro-batch as the sink's tasks get it: the message columns apply
+    reads, and the identity the driver added."""
+    return [pa.RecordBatch.from_pydict({"k": [str(i) for i in ids], IDENTITY_COLUMN: [f"o:t:{i}" for i in ids]})]
+
+
+@pytest.fixture
+def applied_table(database_url: str, table_name: str) -> str:
+    table = f"{table_name}_applied"
+    engine = sa.create_engine(database_url)
+    with engine.begin() as c:
+        c.execute(sa.text(f"CREATE TABLE {table} (k VARCHAR(20))"))
+    engine.dispose()
+    return table
+
+
+def test_partitions_apply_once_through_retries_and_a_replay(
+    database_url: str, table_name: str, applied_table: str
+) -> None:
+    """What the executors do with a batch's partitions: a retry after its attempt committed
+    applies nothing, a failed attempt leaves nothing, and a batch replayed after the driver
+    died (before it recorded the batch) applies only what had not committed."""
+    from pyharvest.bindings.spark.partition_apply import task_time
+
+    failing = {"partition": 1}
+
+    def apply(conn: sa.Connection, batch: pa.Table) -> None:
+        insert_rows(conn, applied_table, ["k"], ((k,) for k in batch.column("k").to_pylist()))
+        if batch.column("k")[0].as_py() == "100" and failing["partition"] == 1:
+            raise RuntimeError("injected failure after the rows went in")
+
+    sink = ExactlyOnceSink(database_url, apply=apply, checkpoint_table=f"{table_name}_b", query_id="q")
+    db = sink._database()
+    tasks = sink._tasks
+    t0 = datetime.now(UTC)
+
+    def run(partition: int, attempt: int, ids: list[int]):  # noqa: ANN202
+        return tasks("q", 0, partition, attempt, task_time(t0, attempt), _messages(ids))
+
+    try:
+        first = run(0, 10, list(range(5)))
+        assert (first.applied_rows, first.skipped) == (5, False)
+        retry = run(0, 11, list(range(5)))  # the attempt committed, then its task failed: Spark retries
+        assert (retry.input_rows, retry.applied_rows, retry.skipped) == (5, 0, True)
+        with pytest.raises(RuntimeError, match="injected failure"):
+            run(1, 12, [100, 101, 102])
+        failing["partition"] = -1
+        # The driver dies here, before recording batch 0; a new one replays it, split the same way.
+        replay = ExactlyOnceSink(database_url, apply=apply, checkpoint_table=f"{table_name}_b", query_id="q")._tasks
+        again = [replay("q", 0, p, 20 + p, task_time(t0, 20 + p), _messages(ids))
+                 for p, ids in enumerate([list(range(5)), [100, 101, 102]])]
+        assert [(a.applied_rows, a.skipped) for a in again] == [(0, True), (3, False)]
+        got = sorted(int(k) for (k,) in _rows(database_url, f"SELECT k FROM {applied_table}"))
+        assert got == [0, 1, 2, 3, 4, 100, 101, 102]
+        marks = _rows(database_url, f"SELECT spark_partition, input_rows, applied_rows FROM {table_name}_b_tasks "
+                                    "ORDER BY spark_partition")
+        assert marks == [(0, 5, 5), (1, 3, 3)]
+    finally:
+        db.engine.dispose()
+
+
+def test_without_dedupe_a_replay_must_split_the_batch_the_same_way(
+    database_url: str, table_name: str, applied_table: str
+) -> None:
+    from pyharvest.bindings.spark.partition_apply import task_time
+    from pyharvest.core.errors import BindingError
+
+    def apply(conn: sa.Connection, batch: pa.Table) -> None:
+        insert_rows(conn, applied_table, ["k"], ((k,) for k in batch.column("k").to_pylist()))
+
+    sink = ExactlyOnceSink(database_url, apply=apply, checkpoint_table=f"{table_name}_b", query_id="q", dedupe=False)
+    db = sink._database()
+    t0 = datetime.now(UTC)
+
+    def batch(ids: list[int]) -> list[pa.RecordBatch]:
+        return [pa.RecordBatch.from_pydict({"k": [str(i) for i in ids]})]
+
+    try:
+        assert sink._tasks("q", 3, 0, 1, task_time(t0, 1), batch([1, 2])).applied_rows == 2
+        assert sink._tasks("q", 3, 0, 2, task_time(t0, 2), batch([1, 2])).skipped
+        with pytest.raises(BindingError, match=r"applied before with 2 message\(s\), replayed with 3.*same partitions"):
+            sink._tasks("q", 3, 0, 3, task_time(t0, 3), batch([1, 2, 3]))
+        assert _rows(database_url, f"SELECT count(*) FROM {applied_table}") == [(2,)]
+    finally:
+        db.engine.dispose()
+
+
+def test_two_attempts_at_once_commit_one(database_url: str, table_name: str, applied_table: str) -> None:
+    """A speculative copy of a task commits while the first attempt is still applying: the
+    first attempt's transaction fails on the partition's row and rolls back."""
+    from pyharvest.bindings.spark.partition_apply import task_time
+
+    if database_url.startswith("sqlite"):
+        pytest.skip("SQLite admits one writing transaction at a time: two attempts cannot overlap")
+    t0 = datetime.now(UTC)
+    copy: dict[str, ExactlyOnceSink] = {}
+
+    def apply(conn: sa.Connection, batch: pa.Table) -> None:
+        if "speculative" not in copy:  # the first attempt: the copy runs and commits meanwhile
+            copy["speculative"] = ExactlyOnceSink(database_url, apply=apply, checkpoint_table=f"{table_name}_b",
+                                                  query_id="q", dedupe=False)
+            done = copy["speculative"]._tasks("q", 0, 0, 2, task_time(t0, 2), batch.to_batches())
+            assert (done.applied_rows, done.skipped) == (2, False)
+        insert_rows(conn, applied_table, ["k"], ((k,) for k in batch.column("k").to_pylist()))
+
+    sink = ExactlyOnceSink(database_url, apply=apply, checkpoint_table=f"{table_name}_b", query_id="q", dedupe=False)
+    db = sink._database()
+    try:
+        first = sink._tasks("q", 0, 0, 1, task_time(t0, 1), [pa.RecordBatch.from_pydict({"k": ["a", "b"]})])
+        assert (first.applied_rows, first.skipped) == (0, True)
+        assert _rows(database_url, f"SELECT count(*) FROM {applied_table}") == [(2,)]
+    finally:
+        db.engine.dispose()
+        copy["speculative"]._tasks.database().engine.dispose()
