@@ -18,6 +18,7 @@ from pyharvest.bindings.spark.exactly_once import IDENTITY_COLUMN, insert_rows
 from pyharvest.bindings.spark.outbox_writer import OutboxDataSource
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.errors import ConfigError
+from pyharvest.core.shards import key_hash
 
 pytestmark = pytest.mark.spark
 
@@ -88,6 +89,7 @@ def test_rows_mode_upserts_and_the_last_row_of_a_key_wins(accounts: tuple[str, s
     assert got[1] == ("old", 0) and got[3] == ("old", 0)  # the zombie attempt's rows stayed staged
     keys = sorted(k for (k,) in _rows(url, f"SELECT kafka_key FROM {outbox}"))
     assert keys == sorted(["p0-2", "p0-5", "p0-5", "p0-20", "p1-2", "p1-21", "p1-5"])  # one event per staged row
+    assert all(h == key_hash(k) for k, h in _rows(url, f"SELECT kafka_key, kafka_key_hash FROM {outbox}"))
     assert _tables(url, target) == [target]  # the staging table is gone
 
 
@@ -114,6 +116,7 @@ def test_records_mode_orders_ids_by_partition_then_dataframe(accounts: tuple[str
     writer.commit([writer.stage(1, 31, batch("b", 40)), writer.stage(0, 30, batch("a", 3))])
     values = [bytes(v).decode() for (v,) in _rows(url, f"SELECT kafka_value FROM {outbox} ORDER BY id")]
     assert values == [f"a{i:02}" for i in range(3)] + [f"b{i:02}" for i in range(40)]
+    assert _rows(url, f"SELECT DISTINCT kafka_key_hash FROM {outbox}") == [(key_hash("k"),)]
 
 
 def test_a_dialect_without_upserts_fails_before_any_task_runs(
