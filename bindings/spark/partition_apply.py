@@ -32,7 +32,8 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, ClassVar
+from itertools import chain
+from typing import Any, ClassVar, TypeVar
 
 import pyarrow as pa
 import sqlalchemy as sa
@@ -54,6 +55,8 @@ IDENTITY_COLUMN = "_pyharvest_identity"
 # apply(connection, batch): make the batch's changes through ``connection`` (inside the
 # partition's transaction; do not commit). ``batch`` is a pyarrow Table of the new messages.
 ApplyFunction = Callable[[sa.Connection, pa.Table], None]
+
+_Batch = TypeVar("_Batch", pa.Table, pa.RecordBatch)
 
 
 @dataclass(frozen=True)
@@ -97,18 +100,21 @@ class PartitionApply:
     def __call__(self, query_id: str, batch_id: int, partition: int, attempt: int, applied_at: datetime,
                  batches: Iterable[pa.RecordBatch]) -> AppliedPartition:
         """Apply one partition's messages (Arrow batches, with the identity column when
-        deduplicating) in one transaction, unless an earlier attempt did."""
-        table = _as_table(batches)
-        n = table.num_rows
-        if n == 0:
+        deduplicating) in one transaction, unless an earlier attempt did. The identities of
+        each Arrow batch are checked as it arrives, while Spark reads the next."""
+        chunks = (b for b in batches if b.num_rows)
+        first = next(chunks, None)
+        if first is None:
             return AppliedPartition(partition, attempt, 0, 0, skipped=False)
         db = self.database()
         t = self.tables.tasks
         this = sa.and_(t.c.query_id == query_id, t.c.batch_id == batch_id, t.c.spark_partition == partition)
+        n = 0
         try:
             with db.engine.begin() as conn:
                 prior = conn.execute(sa.select(t.c.input_rows).where(this)).first()
                 if prior is not None and not self.dedupe:
+                    n = first.num_rows + sum(b.num_rows for b in chunks)
                     if prior.input_rows != n:
                         raise BindingError(
                             f"batch {batch_id} of query {query_id}, Spark partition {partition}: applied before with "
@@ -117,7 +123,12 @@ class PartitionApply:
                             "nothing was applied"
                         )
                     return AppliedPartition(partition, attempt, n, 0, skipped=True)
-                batch = self.drop_seen(conn, db.plugin, table, applied_at) if self.dedupe else table
+                kept: list[pa.RecordBatch] = []
+                earlier: set[str] = set()
+                for chunk in chain((first,), chunks):
+                    n += chunk.num_rows
+                    kept.append(self.drop_seen(conn, db.plugin, chunk, applied_at, earlier) if self.dedupe else chunk)
+                batch = pa.Table.from_batches(kept)
                 if batch.num_rows:
                     self.apply(conn, batch)
                 if prior is None:
@@ -139,12 +150,19 @@ class PartitionApply:
 
     # -- identities ------------------------------------------------------------------------
 
-    def drop_seen(self, conn: sa.Connection, dialect: Dialect, batch: pa.Table, now: datetime) -> pa.Table:
+    def drop_seen(self, conn: sa.Connection, dialect: Dialect, batch: _Batch, now: datetime,
+                  earlier: set[str] | None = None) -> _Batch:
         """Remember the batch's identities; return the batch without the messages applied
-        before (and without repeats within it) and without the identity column."""
+        before, without repeats within it (or of ``earlier``, the identities of the
+        partition's batches before it, which this adds to) and without the identity column."""
         identities: list[str] = batch.column(IDENTITY_COLUMN).to_pylist()
-        unique = list(dict.fromkeys(identities))  # a repeat within the batch goes too
+        before = earlier if earlier is not None else set()
+        unique = [i for i in dict.fromkeys(identities) if i not in before]  # a repeat within the partition goes too
+        # Rows this transaction remembered for an earlier batch carry the same time as those it
+        # remembers now, so none of those identities may be passed again (the dialect's way tells
+        # its own rows by the time).
         fresh = set(unique) - self._remember(conn, dialect, unique, now) if unique else set()
+        before.update(unique)
         keep: list[bool] = []
         for ident in identities:
             if ident in fresh:
@@ -179,13 +197,6 @@ class PartitionApply:
         for i in range(0, len(identities), step):
             found.update(conn.execute(stmt, {"ids": identities[i : i + step]}).scalars())
         return found
-
-
-def _as_table(batches: Iterable[pa.RecordBatch]) -> pa.Table:
-    items = list(batches)
-    if not items:
-        return pa.table({})
-    return pa.Table.from_batches(items)
 
 
 def task_time(batch_time: datetime, attempt: int) -> datetime:

@@ -267,6 +267,11 @@ def test_partitions_apply_once_through_retries_and_a_replay(
         marks = _rows(database_url, f"SELECT spark_partition, input_rows, applied_rows FROM {table_name}_b_tasks "
                                     "ORDER BY spark_partition")
         assert marks == [(0, 5, 5), (1, 3, 3)]
+        # A partition arrives as several Arrow batches: a record repeated across them is applied once.
+        split = tasks("q", 1, 0, 30, task_time(t0, 30), [*_messages([7, 8]), *_messages([8, 9, 100])])
+        assert (split.input_rows, split.applied_rows) == (5, 3)
+        got = sorted(int(k) for (k,) in _rows(database_url, f"SELECT k FROM {applied_table}"))
+        assert got == [0, 1, 2, 3, 4, 7, 8, 9, 100, 101, 102]
     finally:
         db.engine.dispose()
 
