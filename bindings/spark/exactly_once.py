@@ -32,13 +32,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from pyharvest.bindings.spark.database import Database
-from pyharvest.bindings.spark.partition_apply import (
-    IDENTITY_COLUMN,
-    ApplyFunction,
-    PartitionApply,
-    SinkDataSource,
-    sink_source,
-)
+from pyharvest.bindings.spark.partition_apply import IDENTITY_COLUMN, ApplyFunction, PartitionApply
+from pyharvest.bindings.spark.sink_source import SinkDataSource, sink_source
 from pyharvest.bindings.spark.sink_tables import IDENTITY_LENGTH
 from pyharvest.bindings.sql.bulk_insert import BulkInsert
 from pyharvest.core.errors import ConfigError

@@ -20,33 +20,30 @@ the DataFrame is reshuffled on the way); a partition whose message count differs
 first time fails with an error rather than guess.
 
 The driver (:class:`~pyharvest.bindings.spark.exactly_once.ExactlyOnceSink`) runs the tasks
-through a Python data source writer (``df.write.format(...)``: the Arrow batches of each
-partition go straight to the task's Python worker, nothing is collected) and, once all of them
+through a Python data source writer (:mod:`.sink_source`: the Arrow batches of each partition
+go straight to the task's Python worker, nothing is collected) and, once all of them
 succeeded, records the batch itself.
 """
 
 from __future__ import annotations
 
 import logging
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from collections.abc import Callable, Iterable
+from datetime import datetime
 from itertools import chain
-from typing import Any, ClassVar, TypeVar
+from typing import TypeVar
 
 import pyarrow as pa
 import sqlalchemy as sa
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
-from pyspark.sql.types import StructType
 
 from pyharvest.bindings.spark.database import Database
+from pyharvest.bindings.spark.sink_source import AppliedPartition
 from pyharvest.bindings.spark.sink_tables import SinkTables
 from pyharvest.bindings.sql.bulk_insert import BulkInsert
 from pyharvest.core.errors import BindingError
 from pyharvest.plugins.api import Dialect
 
-__all__ = ["IDENTITY_COLUMN", "AppliedPartition", "ApplyFunction", "PartitionApply", "sink_source"]
+__all__ = ["IDENTITY_COLUMN", "AppliedPartition", "ApplyFunction", "PartitionApply"]
 
 log = logging.getLogger("pyharvest.spark")
 
@@ -57,17 +54,6 @@ IDENTITY_COLUMN = "_pyharvest_identity"
 ApplyFunction = Callable[[sa.Connection, pa.Table], None]
 
 _Batch = TypeVar("_Batch", pa.Table, pa.RecordBatch)
-
-
-@dataclass(frozen=True)
-class AppliedPartition(WriterCommitMessage):
-    """What one task attempt did with its partition."""
-
-    partition: int
-    attempt: int  # Spark's task attempt id: unique within the application
-    input_rows: int
-    applied_rows: int
-    skipped: bool  # an earlier attempt, or an earlier run of the batch, had applied it
 
 
 class _AppliedConcurrentlyError(Exception):
@@ -197,66 +183,3 @@ class PartitionApply:
         for i in range(0, len(identities), step):
             found.update(conn.execute(stmt, {"ids": identities[i : i + step]}).scalars())
         return found
-
-
-def task_time(batch_time: datetime, attempt: int) -> datetime:
-    """The time a task attempt stamps on what it writes: unique per attempt within a run."""
-    return batch_time + timedelta(microseconds=attempt)
-
-
-# -- Spark's side: a Python data source writer per sink ----------------------------------------
-
-
-class SinkDataSource(DataSource):
-    """The sink's tasks, as a data source writer: ``df.write.format(name)`` hands each task its
-    partition's Arrow batches. One subclass per sink carries its :class:`PartitionApply`."""
-
-    partition_apply: ClassVar[PartitionApply]
-    format_name: ClassVar[str] = "pyharvest.sink"
-
-    @classmethod
-    def name(cls) -> str:
-        return cls.format_name
-
-    def writer(self, schema: StructType, overwrite: bool) -> SinkWriter:
-        o = self.options
-        return SinkWriter(self.partition_apply, o["query_id"], int(o["batch_id"]),
-                          datetime.fromisoformat(o["batch_time"]))
-
-
-class SinkWriter(DataSourceArrowWriter):
-    def __init__(self, partition_apply: PartitionApply, query_id: str, batch_id: int, batch_time: datetime) -> None:
-        self.partition_apply = partition_apply
-        self.query_id = query_id
-        self.batch_id = batch_id
-        self.batch_time = batch_time
-
-    def write(self, iterator: Iterator[Any]) -> AppliedPartition:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        if ctx is None:
-            raise RuntimeError("the exactly-once sink's writer runs inside a Spark task")
-        attempt = ctx.taskAttemptId()
-        return self.partition_apply(self.query_id, self.batch_id, ctx.partitionId(), attempt,
-                                    task_time(self.batch_time, attempt), iterator)
-
-    def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
-        # Every partition committed in its own task; the driver records the batch next.
-        for m in messages:
-            if not isinstance(m, AppliedPartition):
-                raise BindingError(f"batch {self.batch_id}: a task reported {m!r} instead of its applied partition")
-
-    def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
-        log.warning("batch %d of query %s failed; partitions that committed stay applied and are not applied "
-                    "again when the batch is replayed", self.batch_id, self.query_id)
-
-
-def sink_source(partition_apply: PartitionApply) -> type[SinkDataSource]:
-    """A data source class of its own for one sink, registered under a name of its own."""
-    # Built here, so pickled by value: the sink's apply function travels to the executors.
-    return type("ExactlyOnceSinkSource", (SinkDataSource,), {
-        "partition_apply": partition_apply,
-        "format_name": f"pyharvest.sink.{uuid.uuid4().hex[:16]}",
-        "__module__": __name__,
-    })

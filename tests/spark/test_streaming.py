@@ -19,6 +19,7 @@ from pyharvest.bindings.spark import OUTBOX_HEADER, RECORD_ID_HEADER, ExactlyOnc
 from pyharvest.bindings.spark.exactly_once import insert_rows
 from pyharvest.bindings.spark.kafka_source import KAFKA_SCHEMA
 from pyharvest.bindings.spark.partition_apply import AppliedPartition, PartitionApply
+from pyharvest.bindings.spark.sink_source import sink_source
 from tests.fixtures.databases import server_url, unique_table
 from tests.kafka_tools import create_topic
 
@@ -173,7 +174,7 @@ def test_executors_apply_each_message_once_through_task_retries(spark, pg_table)
     apply = _apply_failing_partition_2_once(table)
     sink = ExactlyOnceSink(url, apply=apply, checkpoint_table=f"{table}_batches", query_id="q-retries",
                            columns=["key", "offset"])
-    sink._source.partition_apply = _FailAfterCommit(url, None, f"{table}_batches", "default", True, apply)
+    sink._source = sink_source(_FailAfterCommit(url, None, f"{table}_batches", "default", True, apply))
     sc = spark.sparkContext
     sc.setJobGroup("pyharvest-sink-retries", "injected task failures")
     try:
