@@ -179,8 +179,11 @@ def pyharvest_insert_new_keys(
     and return the keys it did not insert, those already there (usually none, so the answer
     stays small). ``table``'s primary key is ``key_column`` plus columns of ``values`` (the
     exactly-once sink's: the sink's name and the identity). The other columns of ``values``
-    must differ from every earlier call's (the sink's: the batch's time), so that a dialect
-    may tell the rows it inserted from those already there after the insert, a look-up less.
+    must differ from every earlier call's, so that a dialect may tell the rows it inserted
+    from those already there after the insert, a look-up less; a caller that makes several
+    calls with the same ``values`` passes no key twice. The sink's time is the batch's plus the
+    task attempt's id in microseconds; a task's later calls pass only identities new to its
+    partition.
     None: the generic way, which every dialect gets: look the keys up with
     :func:`pyharvest_list_filter`, then insert the others with the bulk writer. PostgreSQL
     copies the keys into a temporary table and inserts with ``ON CONFLICT DO NOTHING``: one

@@ -19,11 +19,41 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         f"pyharvest.bindings.spark needs PySpark 4 and pyarrow: pip install 'pyharvest[spark]' ({e})"
     ) from e
 
-from pyharvest.bindings.spark.exactly_once import OUTBOX_HEADER, RECORD_ID_HEADER, ExactlyOnceSink
-from pyharvest.bindings.spark.kafka_source import KafkaDataSource
-from pyharvest.bindings.spark.outbox_writer import OutboxDataSource, StagedPartition, WriteJobError
-from pyharvest.bindings.spark.registration import register
-from pyharvest.bindings.spark.staging import drop_stale_staging
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyharvest.bindings.spark.exactly_once import OUTBOX_HEADER, RECORD_ID_HEADER, ExactlyOnceSink
+    from pyharvest.bindings.spark.kafka_source import KafkaDataSource
+    from pyharvest.bindings.spark.outbox_writer import OutboxDataSource, StagedPartition, WriteJobError
+    from pyharvest.bindings.spark.registration import register
+    from pyharvest.bindings.spark.staging import drop_stale_staging
+
+# Imported on first use: Spark's Python workers import this package to unpickle a task's
+# function, and a Kafka read task then needs neither SQLAlchemy nor a database driver (about a
+# second of a worker's start-up).
+_HOMES = {
+    "OUTBOX_HEADER": "exactly_once",
+    "RECORD_ID_HEADER": "exactly_once",
+    "ExactlyOnceSink": "exactly_once",
+    "KafkaDataSource": "kafka_source",
+    "OutboxDataSource": "outbox_writer",
+    "StagedPartition": "outbox_writer",
+    "WriteJobError": "outbox_writer",
+    "register": "registration",
+    "drop_stale_staging": "staging",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "OUTBOX_HEADER",

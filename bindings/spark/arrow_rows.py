@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pyharvest.bindings.spark.key_hashes import key_hashes
 from pyharvest.bindings.spark.outbox_layout import EMPTY_HEADERS, KEY_LENGTH, encode_headers
 from pyharvest.core.errors import ConfigError
 from pyharvest.core.records import Header, InvalidRecordError, OutboxRecord, validate_record
@@ -119,15 +120,26 @@ def _headers_text(col: pa.Array | None, n: int) -> Iterable[str]:
     return [EMPTY_HEADERS if not entry else encode_headers(_header_pairs(entry)) for entry in col.to_pylist()]
 
 
-def outbox_payload(batch: pa.RecordBatch, cols: OutboxColumns, where: str) -> tuple[Iterable[Any], ...]:
-    """The columns (topic, key, value, headers-as-JSON) of a batch of records."""
+def _with_hashes(columns: tuple[Iterable[Any], ...], keys: pa.Array | None,
+                 key_hash: bool) -> tuple[Iterable[Any], ...]:
+    if not key_hash:
+        return columns
+    if keys is None:
+        keys = pa.array(columns[1], pa.string())
+    return (*columns, key_hashes(keys).to_pylist())
+
+
+def outbox_payload(batch: pa.RecordBatch, cols: OutboxColumns, where: str,
+                   key_hash: bool = False) -> tuple[Iterable[Any], ...]:
+    """The columns (topic, key, value, headers-as-JSON[, key hash]) of a batch of records."""
     topic = batch.column(cols.topic)
     key = _as_string(batch.column(cols.key))
     value = _as_binary(batch.column(cols.value))
     _check_topics(topic, where)
     _check_keys(key, where)
     headers = batch.column(cols.headers) if cols.headers else None
-    return (topic.to_pylist(), key.to_pylist(), value.to_pylist(), _headers_text(headers, batch.num_rows))
+    columns = (topic.to_pylist(), key.to_pylist(), value.to_pylist(), _headers_text(headers, batch.num_rows))
+    return _with_hashes(columns, key, key_hash)
 
 
 def row_dicts(batch: pa.RecordBatch) -> list[dict[str, Any]]:
@@ -165,8 +177,10 @@ def _record_tuple(item: OutboxRecord | tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def derive_events(rows: Sequence[Mapping[str, Any]], batch: pa.RecordBatch,
-                  events: EventMapping | EventFunction, where: str) -> tuple[Iterable[Any], ...]:
-    """The columns (topic, key, value, headers) of the events for these rows, in row order."""
+                  events: EventMapping | EventFunction, where: str,
+                  key_hash: bool = False) -> tuple[Iterable[Any], ...]:
+    """The columns (topic, key, value, headers[, key hash]) of the events for these rows, in
+    row order."""
     if isinstance(events, EventMapping):
         key = _as_string(batch.column(events.key_column))
         _check_keys(key, f"{where}, event key column {events.key_column!r}")
@@ -174,7 +188,7 @@ def derive_events(rows: Sequence[Mapping[str, Any]], batch: pa.RecordBatch,
             values: Iterable[Any] = (_dumps(r).encode() for r in rows)
         else:
             values = _as_binary(batch.column(events.value_column)).to_pylist()
-        return (repeat(events.topic), key.to_pylist(), values, repeat(EMPTY_HEADERS))
+        return _with_hashes((repeat(events.topic), key.to_pylist(), values, repeat(EMPTY_HEADERS)), key, key_hash)
     out: list[tuple[Any, ...]] = []
     for row in rows:
         produced = events(dict(row))
@@ -183,7 +197,8 @@ def derive_events(rows: Sequence[Mapping[str, Any]], batch: pa.RecordBatch,
         if isinstance(produced, OutboxRecord):
             produced = (produced,)
         out.extend(_record_tuple(item) for item in produced)
-    return tuple(zip(*out, strict=True)) if out else ((), (), (), ())
+    columns: tuple[Iterable[Any], ...] = tuple(zip(*out, strict=True)) if out else ((), (), (), ())
+    return _with_hashes(columns, None, key_hash)
 
 
 def require_columns(schema_names: Sequence[str], needed: Iterable[str], what: str) -> None:

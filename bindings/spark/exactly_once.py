@@ -1,48 +1,58 @@
 """``ExactlyOnceSink``: a ``foreachBatch`` function applying each micro-batch to a database
-exactly once.
+exactly once, on the executors.
 
-Two things can make a message arrive twice, and each has its own defence:
+Each Spark task applies its own partition of the batch, in one transaction with a row naming
+the partition (:mod:`.partition_apply`); the driver then records the batch. Nothing is
+collected to the driver, so the sink grows with the executors.
 
-* Spark replays a micro-batch after a crash (same query id, same batch id, same offsets).
-  The sink writes a ``(query id, batch id)`` row in the same transaction as the batch's
-  changes; a batch whose row exists is skipped.
+Three things can make a message arrive twice, and each has its own defence:
+
+* Spark retries a task (or runs a speculative copy). The partition's row, written in the
+  same transaction as its changes, lets one attempt commit; the others apply nothing.
+* Spark replays a micro-batch after the driver died (same query id, batch id, offsets). A
+  batch the driver recorded is skipped whole; in one it had not, the partitions that had
+  committed are not applied again.
 * The harvester publishes at least once, so one outbox record may appear at two offsets.
   It stamps ``pyharvest-outbox`` and ``pyharvest-record-id`` headers; the sink remembers the
   identities it applied (for ``dedupe_retention``) and drops repeats. Messages without
   those headers are identified by topic/partition/offset.
 
-Storage stays bounded: checkpoint rows more than ``keep_batches`` behind are deleted with
-each batch, identities older than ``dedupe_retention`` every ten minutes.
+Storage stays bounded: batch and partition rows more than ``keep_batches`` behind are deleted
+with each batch, identities older than ``dedupe_retention`` every ten minutes.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pyarrow as pa
 import sqlalchemy as sa
 
 from pyharvest.bindings.spark.database import Database
+from pyharvest.bindings.spark.partition_apply import IDENTITY_COLUMN, ApplyFunction, PartitionApply
+from pyharvest.bindings.spark.sink_source import SinkDataSource, sink_source
+from pyharvest.bindings.spark.sink_tables import IDENTITY_LENGTH
 from pyharvest.bindings.sql.bulk_insert import BulkInsert
 from pyharvest.core.errors import ConfigError
 from pyharvest.core.identity import OUTBOX_HEADER, RECORD_ID_HEADER
-from pyharvest.plugins.api import Dialect, UTCDateTime, parse_table_name
+from pyharvest.plugins.api import parse_table_name
 
-__all__ = ["IDENTITY_COLUMN", "OUTBOX_HEADER", "RECORD_ID_HEADER", "ApplyFunction", "ExactlyOnceSink", "insert_rows"]
+__all__ = [
+    "IDENTITY_COLUMN",
+    "IDENTITY_LENGTH",
+    "OUTBOX_HEADER",
+    "RECORD_ID_HEADER",
+    "ApplyFunction",
+    "ExactlyOnceSink",
+    "insert_rows",
+]
 
 log = logging.getLogger("pyharvest.spark")
 
-IDENTITY_COLUMN = "_pyharvest_identity"
-IDENTITY_LENGTH = 255
 PRUNE_INTERVAL_SECONDS = 600.0
-
-# apply(connection, batch): make the batch's changes through ``connection`` (inside the
-# sink's transaction; do not commit). ``batch`` is a pyarrow Table of the new messages.
-ApplyFunction = Callable[[sa.Connection, pa.Table], None]
 
 
 _inserts: dict[tuple[str, tuple[str, ...]], BulkInsert] = {}
@@ -77,11 +87,13 @@ def _identity_sql() -> str:
 class ExactlyOnceSink:
     """``query.writeStream.foreachBatch(ExactlyOnceSink(url, apply=fn)).start()``.
 
-    ``apply(conn, batch)`` gets a SQLAlchemy connection inside the batch's transaction and a
-    pyarrow Table of the messages not applied before. ``name`` scopes the remembered
-    identities (give each logical sink its own). ``query_id`` defaults to the streaming
-    query's id, which survives restarts from the same checkpoint location. ``columns``
-    limits what is collected to the driver for ``apply`` (default: every column).
+    ``apply(conn, batch)`` runs on the executors, once per partition of each micro-batch, with
+    a SQLAlchemy connection inside that partition's transaction and a pyarrow Table of the
+    partition's messages not applied before. It travels to the executors pickled (a
+    module-level function, or a closure over picklable values). ``name`` scopes the
+    remembered identities (give each logical sink its own). ``query_id`` defaults to the
+    streaming query's id, which survives restarts from the same checkpoint location.
+    ``columns`` limits what the tasks hand to ``apply`` (default: every column).
     """
 
     def __init__(
@@ -104,6 +116,7 @@ class ExactlyOnceSink:
             raise ConfigError("name", "expected 1-100 characters")
         if keep_batches < 1:
             raise ConfigError("keep_batches", "must be at least 1")
+        parse_table_name(checkpoint_table)
         self._url = url
         self._binding = binding
         self.apply = apply
@@ -113,24 +126,10 @@ class ExactlyOnceSink:
         self.keep_batches = keep_batches
         self.query_id = query_id
         self.columns = list(columns) if columns else None
-        table = parse_table_name(checkpoint_table)
-        self._md = sa.MetaData()
-        self._batches = sa.Table(
-            table.name, self._md,
-            sa.Column("query_id", sa.String(64), primary_key=True),
-            sa.Column("batch_id", sa.BigInteger, primary_key=True, autoincrement=False),
-            sa.Column("applied_at", UTCDateTime, nullable=False),
-            schema=table.schema,
-        )
-        self._seen = sa.Table(
-            f"{table.name}_seen"[:63], self._md,
-            sa.Column("sink", sa.String(100), primary_key=True),
-            sa.Column("identity", sa.String(IDENTITY_LENGTH), primary_key=True),
-            sa.Column("applied_at", UTCDateTime, nullable=False),
-            schema=table.schema,
-        )
-        # The sink created the table from this definition: exact types (binary COPY).
-        self._remember_new = BulkInsert(self._seen, ["sink", "identity", "applied_at"], exact_types=True)
+        self._tasks = PartitionApply(url, binding, checkpoint_table, name, dedupe, apply)
+        self._tables = self._tasks.tables
+        self._source: type[SinkDataSource] = sink_source(self._tasks)
+        self._registered_in: Any = None
         self._db: Database | None = None
         self._next_prune = 0.0
         self.applied_batches = 0
@@ -138,13 +137,12 @@ class ExactlyOnceSink:
         self.dropped_duplicates = 0
 
     def __repr__(self) -> str:
-        return f"ExactlyOnceSink(name={self.name!r}, checkpoint_table={self._batches.fullname!r})"
+        return f"ExactlyOnceSink(name={self.name!r}, checkpoint_table={self._tables.batches.fullname!r})"
 
     def _database(self) -> Database:
         if self._db is None:
             db = Database(self._url, self._binding)
-            self._md.create_all(db.engine, checkfirst=True)
-            self._remember_new.dialect = db.plugin
+            self._tables.create(db.engine)
             self._db = db
         return self._db
 
@@ -158,12 +156,16 @@ class ExactlyOnceSink:
             )
         return str(qid)
 
+    def _register(self, session: Any) -> None:
+        if self._registered_in is not session:
+            session.dataSource.register(self._source)
+            self._registered_in = session
+
     def __call__(self, df: Any, batch_id: int) -> None:
         db = self._database()
         query_id = self._resolve_query_id(df)
-        done = sa.select(sa.literal(1)).where(
-            self._batches.c.query_id == query_id, self._batches.c.batch_id == batch_id
-        )
+        b = self._tables.batches
+        done = sa.select(sa.literal(1)).where(b.c.query_id == query_id, b.c.batch_id == batch_id)
         with db.engine.connect() as conn:
             if conn.execute(done).first() is not None:
                 self.skipped_batches += 1
@@ -179,64 +181,29 @@ class ExactlyOnceSink:
                 )
             df = df.selectExpr("*", f"{_identity_sql()} AS {IDENTITY_COLUMN}")
         if self.columns:
-            # Only what apply needs crosses to the driver (nested headers are costly to collect).
+            # Only what apply needs goes to the Python workers (nested headers are costly to convert).
             df = df.select(*self.columns, *([IDENTITY_COLUMN] if self.dedupe else []))
-        batch = df.toArrow()
-        now = datetime.now(UTC)
+        self._register(df.sparkSession)
+        batch_time = datetime.now(UTC)
+        # Each task applies its partition and commits (partition_apply); save() returns once all have.
+        (df.write.format(self._source.format_name).option("query_id", query_id).option("batch_id", str(batch_id))
+         .option("batch_time", batch_time.isoformat()).mode("append").save())
+        t = self._tables.tasks
         with db.engine.begin() as conn:
-            # First, so that a concurrent duplicate run of this batch fails on the key instead of applying twice.
-            conn.execute(sa.insert(self._batches), {"query_id": query_id, "batch_id": batch_id, "applied_at": now})
-            if self.dedupe:
-                batch = self._drop_seen(conn, db.plugin, batch, now)
-            if batch.num_rows:
-                self.apply(conn, batch)
-            self._prune(conn, query_id, batch_id, now)
+            conn.execute(sa.insert(b), {"query_id": query_id, "batch_id": batch_id, "applied_at": datetime.now(UTC)})
+            totals = sa.select(sa.func.coalesce(sa.func.sum(t.c.input_rows), 0),
+                               sa.func.coalesce(sa.func.sum(t.c.applied_rows), 0))
+            given, applied = conn.execute(totals.where(t.c.query_id == query_id, t.c.batch_id == batch_id)).one()
+            self._prune(conn, query_id, batch_id, batch_time)
         self.applied_batches += 1
-
-    def _drop_seen(self, conn: sa.Connection, dialect: Dialect, batch: pa.Table, now: datetime) -> pa.Table:
-        identities: list[str] = batch.column(IDENTITY_COLUMN).to_pylist()
-        unique = list(dict.fromkeys(identities))  # a repeat within the batch goes too
-        fresh = set(unique) - self._remember(conn, dialect, unique, now) if unique else set()
-        keep: list[bool] = []
-        for ident in identities:
-            if ident in fresh:
-                keep.append(True)
-                fresh.discard(ident)
-            else:
-                keep.append(False)
-        kept = sum(keep)
-        self.dropped_duplicates += len(identities) - kept
-        out = batch.drop_columns([IDENTITY_COLUMN])
-        return out if kept == len(identities) else out.filter(pa.array(keep))
-
-    def _remember(self, conn: sa.Connection, dialect: Dialect, identities: list[str], now: datetime) -> set[str]:
-        """Remember the identities not remembered yet; return those that were (to drop).
-
-        The dialect's way where it has one (PostgreSQL: one COPY into a temporary table and
-        one INSERT … ON CONFLICT DO NOTHING, no look-up), else look up, then insert the others."""
-        values = {"sink": self.name, "applied_at": now}
-        present = dialect.insert_new_keys(conn, self._seen, "identity", identities, values)
-        if present is not None:
-            return set(present)
-        found = self._lookup(conn, dialect, identities)
-        self._remember_new(conn, [(self.name, i, now) for i in identities if i not in found])
-        return found
-
-    def _lookup(self, conn: sa.Connection, dialect: Dialect, identities: list[str]) -> set[str]:
-        t = self._seen
-        stmt = sa.select(t.c.identity).where(t.c.sink == self.name, dialect.list_filter(t.c.identity, "ids"))
-        step = dialect.capabilities.list_limit or len(identities)
-        found: set[str] = set()
-        for i in range(0, len(identities), step):
-            found.update(conn.execute(stmt, {"ids": identities[i : i + step]}).scalars())
-        return found
+        self.dropped_duplicates += int(given) - int(applied)
 
     def _prune(self, conn: sa.Connection, query_id: str, batch_id: int, now: datetime) -> None:
-        b, s = self._batches, self._seen
+        b, t, s = self._tables.batches, self._tables.tasks, self._tables.seen
         conn.execute(sa.delete(b).where(b.c.query_id == query_id, b.c.batch_id < batch_id - self.keep_batches))
+        conn.execute(sa.delete(t).where(t.c.query_id == query_id, t.c.batch_id < batch_id - self.keep_batches))
         # Unindexed on purpose (an index on the time would slow every batch's inserts): a scan
         # now and then is cheaper.
         if self.dedupe and time.monotonic() >= self._next_prune:
             conn.execute(sa.delete(s).where(s.c.sink == self.name, s.c.applied_at < now - self.dedupe_retention))
             self._next_prune = time.monotonic() + PRUNE_INTERVAL_SECONDS
-

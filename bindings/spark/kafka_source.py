@@ -246,7 +246,7 @@ def read_range(options: KafkaOptions, r: KafkaRange) -> Iterator[pa.RecordBatch]
         c.assign([TopicPartition(r.topic, r.partition, r.start)])
         position = r.start
         deadline = time.monotonic() + options.fetch_timeout
-        cols: tuple[list[Any], ...] = ([], [], [], [], [])
+        cols = _Columns()
         while position < r.end:
             msgs = c.consume(min(BATCH_ROWS, r.end - position), 1.0)
             if not msgs and time.monotonic() > deadline:
@@ -267,39 +267,60 @@ def read_range(options: KafkaOptions, r: KafkaRange) -> Iterator[pa.RecordBatch]
                 if off >= r.end:
                     position = r.end
                     break
-                cols[0].append(off)
-                cols[1].append(m.key())
-                cols[2].append(m.value())
+                cols.offsets.append(off)
+                cols.keys.append(m.key())
+                cols.values.append(m.value())
                 # A consumed message's headers are a list of pairs (the stub also admits a producer's dict).
                 h = cast("list[tuple[str, bytes | None]] | None", m.headers())
-                cols[3].append([{"key": k, "value": v} for k, v in h] if h else [])
-                cols[4].append(m.timestamp()[1])
+                if h:
+                    cols.header_pairs.extend(h)
+                cols.header_ends.append(len(cols.header_pairs))
+                cols.timestamps.append(m.timestamp()[1])
                 position = off + 1
             if msgs:
                 deadline = time.monotonic() + options.fetch_timeout
-            if len(cols[0]) >= BATCH_ROWS:
-                yield _batch(r, cols)
-                cols = ([], [], [], [], [])
-        if cols[0]:
-            yield _batch(r, cols)
+            if len(cols.offsets) >= BATCH_ROWS:
+                yield cols.batch(r)
+                cols = _Columns()
+        if cols.offsets:
+            yield cols.batch(r)
     finally:
         c.close()
 
 
-def _batch(r: KafkaRange, cols: tuple[list[Any], ...]) -> pa.RecordBatch:
-    n = len(cols[0])
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([r.topic] * n, pa.string()),
-            pa.array([r.partition] * n, pa.int32()),
-            pa.array(cols[0], pa.int64()),
-            pa.array(cols[1], pa.binary()),
-            pa.array(cols[2], pa.binary()),
-            pa.array(cols[3], _ARROW_SCHEMA.field("headers").type),
-            pa.array(cols[4], pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
-        ],
-        schema=_ARROW_SCHEMA,
-    )
+class _Columns:
+    """One record batch's columns as they are read. Headers are kept flat (all pairs, and where
+    each message's end), so the Arrow list array is built from two flat arrays and offsets,
+    not from a dict per header."""
+
+    __slots__ = ("header_ends", "header_pairs", "keys", "offsets", "timestamps", "values")
+
+    def __init__(self) -> None:
+        self.offsets: list[int] = []
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.header_pairs: list[tuple[str, bytes | None]] = []
+        self.header_ends: list[int] = [0]
+        self.timestamps: list[int] = []
+
+    def batch(self, r: KafkaRange) -> pa.RecordBatch:
+        n = len(self.offsets)
+        names, values = zip(*self.header_pairs, strict=True) if self.header_pairs else ((), ())
+        pairs = pa.StructArray.from_arrays([pa.array(names, pa.string()), pa.array(values, pa.binary())],
+                                           fields=list(_ARROW_SCHEMA.field("headers").type.value_type))
+        headers = pa.ListArray.from_arrays(pa.array(self.header_ends, pa.int32()), pairs)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array([r.topic] * n, pa.string()),
+                pa.array([r.partition] * n, pa.int32()),
+                pa.array(self.offsets, pa.int64()),
+                pa.array(self.keys, pa.binary()),
+                pa.array(self.values, pa.binary()),
+                headers.cast(_ARROW_SCHEMA.field("headers").type),
+                pa.array(self.timestamps, pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
+            ],
+            schema=_ARROW_SCHEMA,
+        )
 
 
 def _position(m: Message) -> tuple[tuple[str, int], int]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pyharvest.plugins.api import (
     EMPTY_HEADERS,
+    KEY_HASH_COLUMN,
     KEY_LENGTH,
     NATIVE,
     TOPIC_LENGTH,
@@ -22,6 +23,7 @@ __all__ = [
     "HEADERS",
     "ID",
     "KEY",
+    "KEY_HASH",
     "KEY_LENGTH",
     "PAYLOAD_COLUMNS",
     "TOPIC",
@@ -39,11 +41,13 @@ VALUE = "kafka_value"
 HEADERS = "kafka_headers"
 # What a staged record carries, in the order the row converters produce it.
 PAYLOAD_COLUMNS = (TOPIC, KEY, VALUE, HEADERS)
+# The shard key hash, staged after the payload when the outbox has the column.
+KEY_HASH = KEY_HASH_COLUMN
 
 
 def native_outbox(name: TableName) -> OutboxTable:
     return OutboxTable.build(name, NATIVE)
 
 
-_known = {c.name for c in native_outbox(TableName("outbox")).columns}
-assert {ID, CREATE_TIME, *PAYLOAD_COLUMNS} <= _known, f"outbox layout changed: {sorted(_known)}"
+_known = {c.name for c in OutboxTable.build(TableName("outbox"), NATIVE, key_hash=True).table.columns}
+assert {ID, CREATE_TIME, *PAYLOAD_COLUMNS, KEY_HASH} <= _known, f"outbox layout changed: {sorted(_known)}"

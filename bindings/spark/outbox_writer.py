@@ -32,7 +32,7 @@ from pyspark.sql.types import StructType
 
 from pyharvest.bindings.spark.arrow_rows import EventFunction, derive_events, outbox_payload
 from pyharvest.bindings.spark.database import Database
-from pyharvest.bindings.spark.outbox_layout import CREATE_TIME, PAYLOAD_COLUMNS
+from pyharvest.bindings.spark.outbox_layout import CREATE_TIME, KEY_HASH, PAYLOAD_COLUMNS
 from pyharvest.bindings.spark.staging import (
     ATTEMPT,
     PARTITION,
@@ -47,7 +47,7 @@ from pyharvest.bindings.spark.staging import (
 )
 from pyharvest.bindings.spark.writer_options import WriterOptions, parse_writer_options
 from pyharvest.bindings.sql.bulk_insert import BulkInsert, Rows
-from pyharvest.bindings.sql.schema import check_table
+from pyharvest.bindings.sql.schema import check_table, has_key_hash
 from pyharvest.core.errors import BindingError, ConfigError
 from pyharvest.plugins.api import NATIVE, TableName, UTCDateTime
 
@@ -56,6 +56,11 @@ __all__ = ["OutboxDataSource", "OutboxWriter", "StagedPartition", "WriteJobError
 log = logging.getLogger("pyharvest.spark")
 
 _STAGED_OUTBOX_COLUMNS = [PARTITION, ATTEMPT, SEQ, *PAYLOAD_COLUMNS]
+
+
+def _outbox_columns(key_hash: bool) -> list[str]:
+    """What the tasks stage and the commit moves: the payload, and the key hash where the outbox has it."""
+    return [*PAYLOAD_COLUMNS, *([KEY_HASH] if key_hash else [])]
 
 
 class WriteJobError(BindingError):
@@ -92,11 +97,13 @@ class OutboxDataSource(DataSource):
 
 class OutboxWriter(DataSourceArrowWriter):
     def __init__(self, options: WriterOptions, job_id: str, outbox_staging: TableName,
-                 target_staging: TableName | None) -> None:
+                 target_staging: TableName | None, key_hash: bool = False) -> None:
         self.options = options
         self.job_id = job_id
         self.outbox_staging = outbox_staging
         self.target_staging = target_staging
+        # The outbox has the key hash column: the tasks compute each record's (sharded harvesters read it).
+        self.key_hash = key_hash
 
     def __repr__(self) -> str:
         return f"OutboxWriter(job={self.job_id}, outbox={self.options.outbox}, target={self.options.target})"
@@ -117,13 +124,14 @@ class OutboxWriter(DataSourceArrowWriter):
             if options.target is not None:
                 data_columns = options.columns
                 _check_target(db, options.target, data_columns)
+            key_hash = has_key_hash(db.engine, options.outbox)
             job_id = uuid.uuid4().hex
             outbox_staging = staging_name(options.outbox, job_id)
             target_staging = staging_name(options.target, job_id) if options.target is not None else None
             if options.target is not None and target_staging is not None:
                 # Built, not run: a database without upserts fails here, before any task runs.
                 _target_move(db, target_staging, options.target, data_columns, options.key_columns, "1 = 1")
-            create_outbox_staging(db, outbox_staging)
+            create_outbox_staging(db, outbox_staging, key_hash)
             if options.target is not None and target_staging is not None:
                 try:
                     create_target_staging(db, options.target, target_staging, data_columns)
@@ -132,7 +140,7 @@ class OutboxWriter(DataSourceArrowWriter):
                         drop_table(conn, db, outbox_staging)
                     raise
             log.info("pyharvest.outbox job %s planned: outbox %s at %s", job_id, options.outbox, db.display_url)
-            return cls(options, job_id, outbox_staging, target_staging)
+            return cls(options, job_id, outbox_staging, target_staging, key_hash)
         finally:
             db.engine.dispose()
 
@@ -154,7 +162,8 @@ class OutboxWriter(DataSourceArrowWriter):
         where = f"Spark partition {partition}"
         # The outbox staging table was made from this definition: exact types (binary COPY).
         # The target's copies the target's types, known here by column names only.
-        stage_outbox = BulkInsert(outbox_staging_table(self.outbox_staging), _STAGED_OUTBOX_COLUMNS,
+        stage_outbox = BulkInsert(outbox_staging_table(self.outbox_staging, self.key_hash),
+                                  [PARTITION, ATTEMPT, SEQ, *_outbox_columns(self.key_hash)],
                                   exact_types=True, dialect=db.plugin)
         stage_target = None
         if self.target_staging is not None:
@@ -168,14 +177,14 @@ class OutboxWriter(DataSourceArrowWriter):
                 if batch.num_rows == 0:
                     continue
                 if o.record_columns is not None:
-                    payload = outbox_payload(batch, o.record_columns, where)
+                    payload = outbox_payload(batch, o.record_columns, where, self.key_hash)
                 else:
                     assert stage_target is not None
                     columns = [batch.column(c).to_pylist() for c in o.columns]
                     n_target += stage_target(conn, _staged_rows(partition, attempt, seq0 + n_target, columns))
                     if o.events is None:
                         continue
-                    payload = derive_events(batch.to_pylist(), batch, o.events, where)
+                    payload = derive_events(batch.to_pylist(), batch, o.events, where, self.key_hash)
                 n_out += stage_outbox(conn, _staged_rows(partition, attempt, seq0 + n_out, payload))
         return StagedPartition(partition, attempt, n_out, n_target)
 
@@ -217,7 +226,7 @@ class OutboxWriter(DataSourceArrowWriter):
         expected = sum(m.outbox_rows for m in staged)
         if expected == 0:
             return 0
-        payload = ", ".join(db.q(c) for c in PAYLOAD_COLUMNS)
+        payload = ", ".join(db.q(c) for c in _outbox_columns(self.key_hash))
         src, dst = db.table(self.outbox_staging), db.table(self.options.outbox)
         winners = _winners_clause(db, staged)
         # Ids are assigned in this order, so they follow the DataFrame's order within a partition.

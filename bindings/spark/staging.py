@@ -22,7 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from pyharvest.bindings.spark.database import Database
-from pyharvest.bindings.spark.outbox_layout import HEADERS, KEY, KEY_LENGTH, TOPIC, TOPIC_LENGTH, VALUE
+from pyharvest.bindings.spark.outbox_layout import HEADERS, KEY, KEY_HASH, KEY_LENGTH, TOPIC, TOPIC_LENGTH, VALUE
 from pyharvest.core.errors import BindingError
 from pyharvest.plugins.api import MAX_PART_LENGTH, TableName
 
@@ -84,8 +84,9 @@ def _table(name: TableName, columns: list[sa.Column[Any]]) -> sa.Table:
     return t
 
 
-def outbox_staging_table(name: TableName) -> sa.Table:
-    """The outbox staging table's definition: the tasks copy rows in with these exact types."""
+def outbox_staging_table(name: TableName, key_hash: bool = False) -> sa.Table:
+    """The outbox staging table's definition: the tasks copy rows in with these exact types.
+    ``key_hash``: the outbox has the key hash column, which the tasks fill too."""
     return _table(
         name,
         [
@@ -94,6 +95,7 @@ def outbox_staging_table(name: TableName) -> sa.Table:
             sa.Column(KEY, sa.Unicode(KEY_LENGTH), nullable=False),
             sa.Column(VALUE, sa.LargeBinary, nullable=True),
             sa.Column(HEADERS, sa.Text, nullable=False),
+            *([sa.Column(KEY_HASH, sa.Integer, nullable=False)] if key_hash else []),
         ],
     )
 
@@ -108,10 +110,10 @@ def _create(db: Database, conn: sa.Connection, table: sa.Table) -> None:
     db.plugin.staging_table(table).create(conn)
 
 
-def create_outbox_staging(db: Database, name: TableName) -> None:
+def create_outbox_staging(db: Database, name: TableName, key_hash: bool = False) -> None:
     """Create the outbox staging table (outbox ids are assigned by the commit's ordered INSERT … SELECT)."""
     with db.engine.begin() as conn:
-        _create(db, conn, outbox_staging_table(name))
+        _create(db, conn, outbox_staging_table(name, key_hash))
 
 
 def create_target_staging(db: Database, target: TableName, name: TableName, columns: list[str]) -> None:

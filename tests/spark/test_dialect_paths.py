@@ -18,6 +18,7 @@ from pyharvest.bindings.spark.exactly_once import IDENTITY_COLUMN, insert_rows
 from pyharvest.bindings.spark.outbox_writer import OutboxDataSource
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.errors import ConfigError
+from pyharvest.core.shards import key_hash
 
 pytestmark = pytest.mark.spark
 
@@ -88,6 +89,7 @@ def test_rows_mode_upserts_and_the_last_row_of_a_key_wins(accounts: tuple[str, s
     assert got[1] == ("old", 0) and got[3] == ("old", 0)  # the zombie attempt's rows stayed staged
     keys = sorted(k for (k,) in _rows(url, f"SELECT kafka_key FROM {outbox}"))
     assert keys == sorted(["p0-2", "p0-5", "p0-5", "p0-20", "p1-2", "p1-21", "p1-5"])  # one event per staged row
+    assert all(h == key_hash(k) for k, h in _rows(url, f"SELECT kafka_key, kafka_key_hash FROM {outbox}"))
     assert _tables(url, target) == [target]  # the staging table is gone
 
 
@@ -114,6 +116,7 @@ def test_records_mode_orders_ids_by_partition_then_dataframe(accounts: tuple[str
     writer.commit([writer.stage(1, 31, batch("b", 40)), writer.stage(0, 30, batch("a", 3))])
     values = [bytes(v).decode() for (v,) in _rows(url, f"SELECT kafka_value FROM {outbox} ORDER BY id")]
     assert values == [f"a{i:02}" for i in range(3)] + [f"b{i:02}" for i in range(40)]
+    assert _rows(url, f"SELECT DISTINCT kafka_key_hash FROM {outbox}") == [(key_hash("k"),)]
 
 
 def test_a_dialect_without_upserts_fails_before_any_task_runs(
@@ -139,11 +142,14 @@ def test_sink_remembers_identities_once(
         monkeypatch.setattr(Dialect, "insert_new_keys", lambda self, *a, **k: None)
     sink = ExactlyOnceSink(database_url, apply=lambda conn, batch: None, checkpoint_table=f"{table_name}_b")
     db = sink._database()
+    dropped = 0
 
     def drop_seen(identities: list[str]) -> list[str]:
+        nonlocal dropped
         batch = pa.table({IDENTITY_COLUMN: identities, "n": list(range(len(identities)))})
         with db.engine.begin() as conn:
-            kept = sink._drop_seen(conn, db.plugin, batch, datetime.now(UTC))
+            kept = sink._tasks.drop_seen(conn, db.plugin, batch, datetime.now(UTC))
+        dropped += len(identities) - kept.num_rows
         return [identities[i] for i in kept.column("n").to_pylist()]
 
     try:
@@ -152,14 +158,14 @@ def test_sink_remembers_identities_once(
         many = [f"id-{i}" for i in range(2500)]  # over every list limit: looked up in chunks
         assert drop_seen([*many[:1200], "e"]) == many[:1200]
         assert drop_seen(["a", *many, "f"]) == [*many[1200:], "f"]
-        assert sink.dropped_duplicates == 1 + 2 + 1 + 1201
+        assert dropped == 1 + 2 + 1 + 1201
         seen = f"{table_name}_b_seen"
         assert _rows(database_url, f"SELECT count(*), count(DISTINCT identity) FROM {seen}") == [(2506, 2506)]
         # Another sink's identities are its own.
         other = ExactlyOnceSink(database_url, apply=lambda conn, batch: None, checkpoint_table=f"{table_name}_b",
                                 name="other")
         with db.engine.begin() as conn:
-            kept = other._drop_seen(conn, db.plugin, pa.table({IDENTITY_COLUMN: ["a", "zz"]}), datetime.now(UTC))
+            kept = other._tasks.drop_seen(conn, db.plugin, pa.table({IDENTITY_COLUMN: ["a", "zz"]}), datetime.now(UTC))
         assert kept.num_rows == 2
     finally:
         db.engine.dispose()
@@ -202,3 +208,124 @@ def test_staged_rows_can_be_made_again_whatever_the_columns() -> None:
     expected = [(2, 99, (2 << 40) + i, "topic", k, f"v{i}".encode(), "[]") for i, k in enumerate("abc")]
     assert len(rows) == 3
     assert list(rows) == expected and list(rows) == expected
+
+
+def _messages(ids: list[int]) -> list[pa.RecordBatch]:
+    """A partition of a micro-batch as the sink's tasks get it: the message columns apply
+    reads, and the identity the driver added."""
+    return [pa.RecordBatch.from_pydict({"k": [str(i) for i in ids], IDENTITY_COLUMN: [f"o:t:{i}" for i in ids]})]
+
+
+@pytest.fixture
+def applied_table(database_url: str, table_name: str) -> str:
+    table = f"{table_name}_applied"
+    engine = sa.create_engine(database_url)
+    with engine.begin() as c:
+        c.execute(sa.text(f"CREATE TABLE {table} (k VARCHAR(20))"))
+    engine.dispose()
+    return table
+
+
+def test_partitions_apply_once_through_retries_and_a_replay(
+    database_url: str, table_name: str, applied_table: str
+) -> None:
+    """What the executors do with a batch's partitions: a retry after its attempt committed
+    applies nothing, a failed attempt leaves nothing, and a batch replayed after the driver
+    died (before it recorded the batch) applies only what had not committed."""
+    from pyharvest.bindings.spark.sink_source import task_time
+
+    failing = {"partition": 1}
+
+    def apply(conn: sa.Connection, batch: pa.Table) -> None:
+        insert_rows(conn, applied_table, ["k"], ((k,) for k in batch.column("k").to_pylist()))
+        if batch.column("k")[0].as_py() == "100" and failing["partition"] == 1:
+            raise RuntimeError("injected failure after the rows went in")
+
+    sink = ExactlyOnceSink(database_url, apply=apply, checkpoint_table=f"{table_name}_b", query_id="q")
+    db = sink._database()
+    tasks = sink._tasks
+    t0 = datetime.now(UTC)
+
+    def run(partition: int, attempt: int, ids: list[int]):  # noqa: ANN202
+        return tasks("q", 0, partition, attempt, task_time(t0, attempt), _messages(ids))
+
+    try:
+        first = run(0, 10, list(range(5)))
+        assert (first.applied_rows, first.skipped) == (5, False)
+        retry = run(0, 11, list(range(5)))  # the attempt committed, then its task failed: Spark retries
+        assert (retry.input_rows, retry.applied_rows, retry.skipped) == (5, 0, True)
+        with pytest.raises(RuntimeError, match="injected failure"):
+            run(1, 12, [100, 101, 102])
+        failing["partition"] = -1
+        # The driver dies here, before recording batch 0; a new one replays it, split the same way.
+        replay = ExactlyOnceSink(database_url, apply=apply, checkpoint_table=f"{table_name}_b", query_id="q")._tasks
+        again = [replay("q", 0, p, 20 + p, task_time(t0, 20 + p), _messages(ids))
+                 for p, ids in enumerate([list(range(5)), [100, 101, 102]])]
+        assert [(a.applied_rows, a.skipped) for a in again] == [(0, True), (3, False)]
+        got = sorted(int(k) for (k,) in _rows(database_url, f"SELECT k FROM {applied_table}"))
+        assert got == [0, 1, 2, 3, 4, 100, 101, 102]
+        marks = _rows(database_url, f"SELECT spark_partition, input_rows, applied_rows FROM {table_name}_b_tasks "
+                                    "ORDER BY spark_partition")
+        assert marks == [(0, 5, 5), (1, 3, 3)]
+        # A partition arrives as several Arrow batches: a record repeated across them is applied once.
+        split = tasks("q", 1, 0, 30, task_time(t0, 30), [*_messages([7, 8]), *_messages([8, 9, 100])])
+        assert (split.input_rows, split.applied_rows) == (5, 3)
+        got = sorted(int(k) for (k,) in _rows(database_url, f"SELECT k FROM {applied_table}"))
+        assert got == [0, 1, 2, 3, 4, 7, 8, 9, 100, 101, 102]
+    finally:
+        db.engine.dispose()
+
+
+def test_without_dedupe_a_replay_must_split_the_batch_the_same_way(
+    database_url: str, table_name: str, applied_table: str
+) -> None:
+    from pyharvest.bindings.spark.sink_source import task_time
+    from pyharvest.core.errors import BindingError
+
+    def apply(conn: sa.Connection, batch: pa.Table) -> None:
+        insert_rows(conn, applied_table, ["k"], ((k,) for k in batch.column("k").to_pylist()))
+
+    sink = ExactlyOnceSink(database_url, apply=apply, checkpoint_table=f"{table_name}_b", query_id="q", dedupe=False)
+    db = sink._database()
+    t0 = datetime.now(UTC)
+
+    def batch(ids: list[int]) -> list[pa.RecordBatch]:
+        return [pa.RecordBatch.from_pydict({"k": [str(i) for i in ids]})]
+
+    try:
+        assert sink._tasks("q", 3, 0, 1, task_time(t0, 1), batch([1, 2])).applied_rows == 2
+        assert sink._tasks("q", 3, 0, 2, task_time(t0, 2), batch([1, 2])).skipped
+        with pytest.raises(BindingError, match=r"applied before with 2 message\(s\), replayed with 3.*same partitions"):
+            sink._tasks("q", 3, 0, 3, task_time(t0, 3), batch([1, 2, 3]))
+        assert _rows(database_url, f"SELECT count(*) FROM {applied_table}") == [(2,)]
+    finally:
+        db.engine.dispose()
+
+
+def test_two_attempts_at_once_commit_one(database_url: str, table_name: str, applied_table: str) -> None:
+    """A speculative copy of a task commits while the first attempt is still applying: the
+    first attempt's transaction fails on the partition's row and rolls back."""
+    from pyharvest.bindings.spark.sink_source import task_time
+
+    if database_url.startswith("sqlite"):
+        pytest.skip("SQLite admits one writing transaction at a time: two attempts cannot overlap")
+    t0 = datetime.now(UTC)
+    copy: dict[str, ExactlyOnceSink] = {}
+
+    def apply(conn: sa.Connection, batch: pa.Table) -> None:
+        if "speculative" not in copy:  # the first attempt: the copy runs and commits meanwhile
+            copy["speculative"] = ExactlyOnceSink(database_url, apply=apply, checkpoint_table=f"{table_name}_b",
+                                                  query_id="q", dedupe=False)
+            done = copy["speculative"]._tasks("q", 0, 0, 2, task_time(t0, 2), batch.to_batches())
+            assert (done.applied_rows, done.skipped) == (2, False)
+        insert_rows(conn, applied_table, ["k"], ((k,) for k in batch.column("k").to_pylist()))
+
+    sink = ExactlyOnceSink(database_url, apply=apply, checkpoint_table=f"{table_name}_b", query_id="q", dedupe=False)
+    db = sink._database()
+    try:
+        first = sink._tasks("q", 0, 0, 1, task_time(t0, 1), [pa.RecordBatch.from_pydict({"k": ["a", "b"]})])
+        assert (first.applied_rows, first.skipped) == (0, True)
+        assert _rows(database_url, f"SELECT count(*) FROM {applied_table}") == [(2,)]
+    finally:
+        db.engine.dispose()
+        copy["speculative"]._tasks.database().engine.dispose()

@@ -15,6 +15,7 @@ from pyharvest.bindings.spark import StagedPartition, register
 from pyharvest.bindings.spark.outbox_writer import OutboxDataSource
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.records import OutboxRecord
+from pyharvest.core.shards import key_hash
 from tests.fixtures.databases import server_url, unique_table
 
 pytestmark = pytest.mark.spark
@@ -173,6 +174,8 @@ def test_rows_and_their_events_commit_together(spark, pg_outbox) -> None:  # noq
         assert len(events) == 300
         assert {(t, k) for t, k, _ in events} == {("account-updated", str(i)) for i in range(300)}
         assert json.loads(dict((k, v) for _, k, v in events)["42"]) == {"balance": 420}
+        hashes = _query(url, f"SELECT kafka_key, kafka_key_hash FROM {table}")
+        assert all(h == key_hash(k) for k, h in hashes)  # an events function's keys are hashed too
 
         # The column mapping: a literal topic, the key column, the whole row as JSON.
         write(updates.limit(10), event_topic="account-snapshot")
@@ -201,6 +204,34 @@ def test_bulk_paths_of_other_databases(spark, dialect: str, tmp_path) -> None:  
         assert _tables_like(url, table) == [table]
     finally:
         _drop_prefixed(url, table)
+
+
+def test_rows_carry_the_key_hash_the_sharded_harvester_reads(spark, pg_outbox) -> None:  # noqa: ANN001
+    """Every staged record stores Kafka's hash of its key (core.shards.key_hash), computed on the
+    executors: many keys of a few lengths (hashed by Arrow kernels), rare lengths and non-ASCII
+    keys (one by one), through a retried task."""
+    url, table = pg_outbox
+    df = spark.range(0, 6000, numPartitions=3).selectExpr(
+        "'orders' AS topic",
+        "CASE WHEN id % 500 = 0 THEN concat('clé-€-', repeat('x', cast(id % 7 AS int)), cast(id AS string)) "
+        "ELSE cast(id % 1013 AS string) END AS key",
+        "cast(cast(id AS string) AS binary) AS value",
+    ).withColumn("key", fail_first_attempt("key"))
+    df.write.format("pyharvest.outbox").option("url", url).option("table", table).mode("append").save()
+    rows = _query(url, f"SELECT kafka_key, kafka_key_hash FROM {table}")
+    assert len(rows) == 6000
+    assert [h for _, h in rows] == [key_hash(k) for k, _ in rows]
+    assert len({h % 8 for _, h in rows}) == 8  # spread over every shard of eight, not all in shard 0
+
+
+def test_an_outbox_without_the_key_hash_column_is_written_as_before(spark, pg_outbox) -> None:  # noqa: ANN001
+    url, table = pg_outbox
+    engine = sa.create_engine(url)
+    with engine.begin() as c:
+        c.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN kafka_key_hash")
+    engine.dispose()
+    _records(spark, 300).write.format("pyharvest.outbox").option("url", url).option("table", table).mode("append").save()
+    assert _query(url, f"SELECT count(*) FROM {table}") == [(300,)]
 
 
 def test_clear_errors_for_bad_input(spark, pg_outbox) -> None:  # noqa: ANN001

@@ -16,7 +16,10 @@ from confluent_kafka import Producer
 from pyspark.sql.types import StructType
 
 from pyharvest.bindings.spark import OUTBOX_HEADER, RECORD_ID_HEADER, ExactlyOnceSink
+from pyharvest.bindings.spark.exactly_once import insert_rows
 from pyharvest.bindings.spark.kafka_source import KAFKA_SCHEMA
+from pyharvest.bindings.spark.partition_apply import AppliedPartition, PartitionApply
+from pyharvest.bindings.spark.sink_source import sink_source
 from tests.fixtures.databases import server_url, unique_table
 from tests.kafka_tools import create_topic
 
@@ -105,11 +108,10 @@ def test_killed_driver_restarts_and_applies_every_message_once(kafka_bootstrap, 
 
 def test_sink_skips_replayed_batches_and_remembered_records(spark, pg_table) -> None:  # noqa: ANN001
     url, table = pg_table
-    calls: list[int] = []
 
-    def apply(conn, batch) -> None:  # noqa: ANN001
-        calls.append(batch.num_rows)
-        conn.exec_driver_sql(f"INSERT INTO {table} (k) VALUES ('x')")
+    def apply(conn, batch) -> None:  # noqa: ANN001 - runs on the executors: what it did is read back from the table
+        ids = [int(h[1]["value"]) for h in batch.column("headers").to_pylist()]
+        conn.exec_driver_sql(f"INSERT INTO {table} (k, o) VALUES " + ", ".join(f"('x', {i})" for i in ids))
 
     def messages(ids: list[int], offset0: int):  # noqa: ANN202
         rows = [("t", 0, offset0 + j, b"k", b"v", [(OUTBOX_HEADER, b"ob"), (RECORD_ID_HEADER, str(i).encode())], None)
@@ -120,6 +122,72 @@ def test_sink_skips_replayed_batches_and_remembered_records(spark, pg_table) -> 
     sink(messages([1, 2, 3], 0), 0)
     sink(messages([1, 2, 3], 0), 0)  # Spark replays batch 0 after a crash: skipped
     sink(messages([3, 4, 4, 5], 3), 1)  # record 3 republished, 4 twice in one batch
-    assert calls == [3, 2]
     assert (sink.applied_batches, sink.skipped_batches, sink.dropped_duplicates) == (2, 1, 2)
-    assert _count(url, f"SELECT count(*) FROM {table}") == (2,)
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as c:
+            applied = sorted(c.exec_driver_sql(f"SELECT o FROM {table}").scalars())
+    finally:
+        engine.dispose()
+    assert applied == [1, 2, 3, 4, 5]
+
+
+class _FailAfterCommit(PartitionApply):
+    """Partition 1's first attempt fails after its transaction committed (as a task can, e.g.
+    when its executor is lost before it reports): Spark retries it."""
+
+    def __call__(self, *args, **kwargs) -> AppliedPartition:  # noqa: ANN002, ANN003
+        from pyspark import TaskContext
+
+        done = super().__call__(*args, **kwargs)
+        ctx = TaskContext.get()
+        if ctx.partitionId() == 1 and ctx.attemptNumber() == 0:
+            raise RuntimeError("injected failure after the partition committed")
+        return done
+
+
+def _apply_failing_partition_2_once(table: str):  # noqa: ANN202
+    def apply(conn, batch) -> None:  # noqa: ANN001
+        from pyspark import TaskContext
+
+        rows = zip(batch.column("key").to_pylist(), batch.column("offset").to_pylist(), strict=True)
+        insert_rows(conn, table, ["k", "o"], ((k.decode(), o) for k, o in rows))
+        ctx = TaskContext.get()
+        if ctx.partitionId() == 2 and ctx.attemptNumber() == 0:
+            raise RuntimeError("injected failure after the rows went in, before the commit")
+
+    return apply
+
+
+def test_executors_apply_each_message_once_through_task_retries(spark, pg_table) -> None:  # noqa: ANN001
+    """local[2,4]: partition 2's first attempt fails inside its transaction, partition 1's after
+    its commit; Spark retries both. Every record is applied once, republished ones included."""
+    url, table = pg_table
+    n = 2000
+    rows = []
+    for i in range(n):
+        headers = [(OUTBOX_HEADER, b"orders_outbox"), (RECORD_ID_HEADER, str(i).encode())]
+        for _ in range(2 if i % 100 == 0 else 1):  # every 100th record published twice
+            rows.append(("orders", 0, len(rows), f"r{i}".encode(), b"v", headers, None))
+    df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 4), StructType.fromDDL(KAFKA_SCHEMA))
+
+    apply = _apply_failing_partition_2_once(table)
+    sink = ExactlyOnceSink(url, apply=apply, checkpoint_table=f"{table}_batches", query_id="q-retries",
+                           columns=["key", "offset"])
+    sink._source = sink_source(_FailAfterCommit(url, None, f"{table}_batches", "default", True, apply))
+    sc = spark.sparkContext
+    sc.setJobGroup("pyharvest-sink-retries", "injected task failures")
+    try:
+        sink(df, 0)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    tracker = sc.statusTracker()
+    stages = [s for j in tracker.getJobIdsForGroup("pyharvest-sink-retries") for s in tracker.getJobInfo(j).stageIds]
+    assert sum(tracker.getStageInfo(s).numFailedTasks for s in stages) == 2  # both failures happened
+
+    assert _count(url, f"SELECT count(*), count(DISTINCT k) FROM {table}") == (n, n)
+    assert (sink.applied_batches, sink.dropped_duplicates) == (1, len(rows) - n)
+    assert _count(url, f"SELECT count(*), sum(input_rows), sum(applied_rows) FROM {table}_batches_tasks") == (
+        4, len(rows), n)
+    sink(df, 0)  # replayed after it was recorded: skipped whole
+    assert sink.skipped_batches == 1 and _count(url, f"SELECT count(*) FROM {table}") == (n,)
