@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import signal
 import statistics
@@ -50,6 +51,7 @@ DEFAULT_DATABASE = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 LAYOUTS = ((1, 1), (2, 4), (3, 6))  # (processes, shards)
 _SHARD_EVENT = re.compile(r"shard (\d+) (assigned|revoked)")
 ROOT = Path(__file__).resolve().parent.parent
+_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -61,6 +63,7 @@ class DrainRun:
     records: int
     seconds: float = 0.0
     records_per_second: float = 0.0
+    reaper_cpu_us_per_record: float = 0.0
     lost: int = 0
     reordered: int = 0
     duplicates: int = 0
@@ -106,6 +109,11 @@ class Reaper:
         for shard, what in _SHARD_EVENT.findall(text):
             (owned.add if what == "assigned" else owned.discard)(int(shard))
         return owned
+
+    def cpu_seconds(self) -> float:
+        """User and system CPU the process has used so far (Linux)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> None:
         if self.proc.poll() is None:
@@ -202,12 +210,13 @@ def run_drain(args: argparse.Namespace, bootstrap: str, workdir: Path, rnd: int,
                 stash = stasher.Stasher(table).prepare(conn)
                 for i in range(0, len(records), 5000):
                     stash.stash_many([OutboxRecord(topic, k, v) for k, v in records[i:i + 5000]])
-            started = time.monotonic()
+            started, cpu = time.monotonic(), sum(r.cpu_seconds() for r in reapers)
             probe = sa.text(f"SELECT id FROM {table} ORDER BY id LIMIT 1")
             while conn.execute(probe).first() is not None:
                 conn.rollback()
                 time.sleep(0.05)
             run.seconds = time.monotonic() - started
+            cpu = sum(r.cpu_seconds() for r in reapers) - cpu
     finally:
         for r in reapers:
             r.stop()
@@ -215,6 +224,7 @@ def run_drain(args: argparse.Namespace, bootstrap: str, workdir: Path, rnd: int,
             proxy.stop()
         engine.dispose()
     run.records_per_second = run.records / run.seconds
+    run.reaper_cpu_us_per_record = round(cpu * 1e6 / run.records, 1)
     report = verify_topic(bootstrap, topic, records, timeout=max(60, len(records) / 5000), idle=2.0)
     run.lost, run.reordered, run.duplicates = report.lost_count, report.reorder_count, report.duplicate_count
     drop(args.database, table)
@@ -371,7 +381,7 @@ def failover(args: argparse.Namespace, bootstrap: str, workdir: Path) -> list[Fa
 def print_drain(runs: list[DrainRun]) -> None:
     print("\ndrain: records/s (speed-up over 1 process in the same round)")
     print(f"{'round':>5} {'+RTT ms':>7} {'1 proc, 1 shard':>18} {'2 procs, 4 shards':>20} "
-          f"{'3 procs, 6 shards':>20}  lost/reord/dup")
+          f"{'3 procs, 6 shards':>20}  lost/reord/dup  reapers' CPU us/record")
     rows: dict[tuple[int, float], dict[int, DrainRun]] = defaultdict(dict)
     for r in runs:
         rows[(r.round, r.added_rtt_ms)][r.processes] = r
@@ -383,7 +393,8 @@ def print_drain(runs: list[DrainRun]) -> None:
             ratio = f" ({r.records_per_second / one.records_per_second:.2f}x)" if r and one and p > 1 else ""
             cells.append(f"{r.records_per_second:,.0f}{ratio}" if r else "-")
         bad = "/".join(str(sum(getattr(r, a) for r in by.values())) for a in ("lost", "reordered", "duplicates"))
-        print(f"{rnd:>5} {rtt:>7g} {cells[0]:>18} {cells[1]:>20} {cells[2]:>20}  {bad}")
+        cpu = " ".join(f"{by[p].reaper_cpu_us_per_record:g}" if p in by else "-" for p in (1, 2, 3))
+        print(f"{rnd:>5} {rtt:>7g} {cells[0]:>18} {cells[1]:>20} {cells[2]:>20}  {bad:>14}  {cpu}")
 
 
 def print_failover(runs: list[FailoverRun]) -> None:

@@ -33,7 +33,7 @@ def leader_client_configs(
     """The leader group's consumer configuration, and its heartbeat producer's.
 
     What leadership waits on: a leader that dies is replaced once the group expires it
-    (``session.timeout.ms``, 3 × ``heartbeatTimeout``) and the broker completes the join;
+    (``session.timeout.ms``, 3 x ``heartbeatTimeout``) and the broker completes the join;
     the survivors learn that a rebalance began at their next heartbeat to the group
     coordinator (``heartbeat.interval.ms``: librdkafka's 3 s would add up to 3 s to every
     handover, so it is a fifteenth of the session, 1 s by default; a value in the Kafka

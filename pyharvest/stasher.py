@@ -55,12 +55,6 @@ import sqlalchemy as sa
 from pyharvest import tracing
 from pyharvest.core.records import Header, OutboxRecord, validate_record
 from pyharvest.notify import awake_harvester, wake_harvester
-from pyharvest.stash_errors import (
-    KAFKA_MESSAGE_MAX_BYTES,
-    KeyTooLongError,
-    OutboxTableMissingError,
-    RecordTooLargeError,
-)
 from pyharvest.plugins.api import (
     GOHARVEST,
     KEY_HASH_COLUMN,
@@ -70,6 +64,12 @@ from pyharvest.plugins.api import (
     TableName,
     dialect_of,
     parse_table_name,
+)
+from pyharvest.stash_errors import (
+    KAFKA_MESSAGE_MAX_BYTES,
+    KeyTooLongError,
+    OutboxTableMissingError,
+    RecordTooLargeError,
 )
 
 if TYPE_CHECKING:
