@@ -47,13 +47,15 @@ def pg_url(dialect: str, database_url: str) -> str:
 
 class Writer:
     """One writer thread stashing round-robin over ``keys`` keys (so each key's records are
-    causally ordered); ``expected`` is what it committed, in order."""
+    causally ordered); ``expected`` is what it committed, in order, and ``committed_at`` when
+    each value's transaction committed."""
 
     def __init__(self, url: str, table: str, topic: str, keys: int = 50, batch: int = 20, pause: float = 0.01) -> None:
         self.engine = sa.create_engine(url)
         self.table, self.topic, self.batch, self.pause = table, topic, batch, pause
         self.keys = [f"k{i}" for i in range(keys)]
         self.expected: list[tuple[str, bytes]] = []
+        self.committed_at: dict[bytes, float] = {}
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
         self._seq = dict.fromkeys(self.keys, 0)
@@ -70,7 +72,9 @@ class Writer:
                 batch.append((key, f"{key}:{self._seq[key]}".encode()))
                 self._seq[key] += 1
             prepared.stash_many([OutboxRecord(self.topic, k, v) for k, v in batch])
+        now = time.time()
         self.expected += batch
+        self.committed_at.update((v, now) for _, v in batch)
 
     def _run(self) -> None:
         try:
