@@ -64,6 +64,9 @@ class DrainRun:
     seconds: float = 0.0
     records_per_second: float = 0.0
     reaper_cpu_us_per_record: float = 0.0
+    database_cpu_us_per_record: float = 0.0
+    broker_cpu_us_per_record: float = 0.0
+    machine_busy: float = 0.0  # share of all cores busy during the drain, whatever used them
     lost: int = 0
     reordered: int = 0
     duplicates: int = 0
@@ -87,6 +90,40 @@ class FailoverRun:
 
 # ----------------------------------------------------------------------------- processes
 
+_DATABASE_COMMANDS = ("postgres", "mariadbd", "mysqld")
+
+
+def _process_cpu(stat: str) -> tuple[str, float]:
+    name, rest = stat.split(" (", 1)[1].rsplit(")", 1)
+    fields = rest.split()
+    return name, (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+class CpuUse:
+    """CPU seconds used so far by the reapers, the database's processes and the broker (Linux
+    ``/proc``), and the machine's busy and total core-seconds: where a drain's CPU goes."""
+
+    def __init__(self, reapers: list[Reaper]) -> None:
+        pids = {r.proc.pid for r in reapers}
+        self.reapers = self.database = self.broker = 0.0
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                name, seconds = _process_cpu((entry / "stat").read_text())
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+            if int(entry.name) in pids:
+                self.reapers += seconds
+            elif name in _DATABASE_COMMANDS:
+                self.database += seconds
+            elif name.startswith("tansu"):
+                self.broker += seconds
+        cpu = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        self.total = sum(cpu) / _TICKS
+        self.idle = (cpu[3] + cpu[4]) / _TICKS  # idle and iowait
+
+
 
 class Reaper:
     """One ``reaper`` process and its log."""
@@ -109,11 +146,6 @@ class Reaper:
         for shard, what in _SHARD_EVENT.findall(text):
             (owned.add if what == "assigned" else owned.discard)(int(shard))
         return owned
-
-    def cpu_seconds(self) -> float:
-        """User and system CPU the process has used so far (Linux)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _TICKS
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> None:
         if self.proc.poll() is None:
@@ -210,13 +242,13 @@ def run_drain(args: argparse.Namespace, bootstrap: str, workdir: Path, rnd: int,
                 stash = stasher.Stasher(table).prepare(conn)
                 for i in range(0, len(records), 5000):
                     stash.stash_many([OutboxRecord(topic, k, v) for k, v in records[i:i + 5000]])
-            started, cpu = time.monotonic(), sum(r.cpu_seconds() for r in reapers)
+            started, before = time.monotonic(), CpuUse(reapers)
             probe = sa.text(f"SELECT id FROM {table} ORDER BY id LIMIT 1")
             while conn.execute(probe).first() is not None:
                 conn.rollback()
                 time.sleep(0.05)
             run.seconds = time.monotonic() - started
-            cpu = sum(r.cpu_seconds() for r in reapers) - cpu
+            after = CpuUse(reapers)
     finally:
         for r in reapers:
             r.stop()
@@ -224,7 +256,12 @@ def run_drain(args: argparse.Namespace, bootstrap: str, workdir: Path, rnd: int,
             proxy.stop()
         engine.dispose()
     run.records_per_second = run.records / run.seconds
-    run.reaper_cpu_us_per_record = round(cpu * 1e6 / run.records, 1)
+    per_record = 1e6 / run.records
+    run.reaper_cpu_us_per_record = round((after.reapers - before.reapers) * per_record, 1)
+    run.database_cpu_us_per_record = round((after.database - before.database) * per_record, 1)
+    run.broker_cpu_us_per_record = round((after.broker - before.broker) * per_record, 1)
+    total = after.total - before.total
+    run.machine_busy = round(1 - (after.idle - before.idle) / total, 3) if total > 0 else 0.0
     report = verify_topic(bootstrap, topic, records, timeout=max(60, len(records) / 5000), idle=2.0)
     run.lost, run.reordered, run.duplicates = report.lost_count, report.reorder_count, report.duplicate_count
     drop(args.database, table)
@@ -395,6 +432,10 @@ def print_drain(runs: list[DrainRun]) -> None:
         bad = "/".join(str(sum(getattr(r, a) for r in by.values())) for a in ("lost", "reordered", "duplicates"))
         cpu = " ".join(f"{by[p].reaper_cpu_us_per_record:g}" if p in by else "-" for p in (1, 2, 3))
         print(f"{rnd:>5} {rtt:>7g} {cells[0]:>18} {cells[1]:>20} {cells[2]:>20}  {bad:>14}  {cpu}")
+    print("\nwhere the CPU went: us/record for reapers / database / broker, and the machine's busy share")
+    for r in sorted(runs, key=lambda r: (r.round, r.added_rtt_ms, r.processes)):
+        print(f"  round {r.round} +{r.added_rtt_ms:g} ms, {r.processes} proc(s): {r.reaper_cpu_us_per_record:g} / "
+              f"{r.database_cpu_us_per_record:g} / {r.broker_cpu_us_per_record:g} us, busy {r.machine_busy:.0%}")
 
 
 def print_failover(runs: list[FailoverRun]) -> None:

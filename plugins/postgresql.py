@@ -7,7 +7,9 @@ sources. The outer update matches ``id = ANY(ARRAY(SELECT …))`` so that it, to
 primary key rather than hash-joining a full scan. Server-side prepared statements are off
 (``prepare_threshold=None``) and the mark's ``LIMIT`` is a literal, so the planner always sees
 the real limit and walks the primary key instead of settling on a generic plan that scans and
-sorts the table.
+sorts the table. A filtered mark (a shard's, or one skipping quarantined keys) forbids sorts for
+its transaction (``SET LOCAL enable_sort = off``), so that stale statistics cannot make it sort
+a whole shard instead of walking the shard index.
 """
 
 from __future__ import annotations
@@ -147,9 +149,18 @@ def _id_in_array(id_column: sa.Column[Any], oldest: sa.Select[Any]) -> sa.Column
     return id_column == sa.any_(sa.func.array(oldest.scalar_subquery()))
 
 
+# A filtered mark (a shard's, or skipping quarantined keys) must walk an index in id order and
+# stop at its limit. Statistics taken while the table was nearly empty (the usual state of an
+# outbox) make the planner expect a few hundred rows and prefer a bitmap scan that sorts all of
+# them: on a 200,000-row burst, a shard's mark sorted its 100,000 rows, 80 ms instead of 2.6 ms,
+# for every 1,000 marked, until autovacuum's next ANALYZE. Forbidding the sort, for the mark's
+# transaction only, leaves the shard index's ordered walk as the plan.
+_NO_SORT = sa.text("SET LOCAL enable_sort = off")
+
+
 @hookimpl
 def pyharvest_mark_strategy(table: OutboxTable) -> MarkStrategy:
-    return ReturningMark(MarkQuery(table, match_ids=_id_in_array))
+    return ReturningMark(MarkQuery(table, match_ids=_id_in_array), prelude=(_NO_SORT,) if table.filters else ())
 
 
 class _IdArrayLiteral(sa.types.TypeDecorator[Sequence[int]]):

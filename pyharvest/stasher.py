@@ -44,32 +44,32 @@ Before anything is written, a key longer than the table's key column, a record o
 from __future__ import annotations
 
 import dataclasses
-import threading
-import weakref
-from collections.abc import Callable, Iterable, Sequence
-from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import sqlalchemy as sa
 
 from pyharvest import tracing
+from pyharvest.batch_stasher import BatchStasher
 from pyharvest.core.records import Header, OutboxRecord, validate_record
 from pyharvest.notify import awake_harvester, wake_harvester
-from pyharvest.plugins.api import (
-    GOHARVEST,
-    KEY_HASH_COLUMN,
-    NATIVE,
-    BulkWriter,
-    OutboxTable,
-    TableName,
-    dialect_of,
-    parse_table_name,
-)
+from pyharvest.plugins.api import GOHARVEST, NATIVE, OutboxTable, TableName, parse_table_name
 from pyharvest.stash_errors import (
     KAFKA_MESSAGE_MAX_BYTES,
     KeyTooLongError,
     OutboxTableMissingError,
     RecordTooLargeError,
+)
+from pyharvest.stash_limits import StashLimits
+from pyharvest.stash_tables import (
+    Bulk,
+    TableShape,
+    ashape_of,
+    bulk_writer_of,
+    forced,
+    forget_bulk_writer,
+    shape_of,
+    statement,
 )
 
 if TYPE_CHECKING:
@@ -90,38 +90,6 @@ __all__ = [
     "astash",
     "stash",
 ]
-
-#: The outbox's key column, in both layouts.
-_KEY_COLUMN = "kafka_key"
-
-
-class _Shape(NamedTuple):
-    """What the stasher needs to know of a table, looked up once per engine."""
-
-    layout: str
-    key_hash: bool  # the native layout's key hash column is there
-    key_length: int | None  # the key column's length in characters, if it has one
-
-
-_lock = threading.Lock()
-# (dialect name, table, layout, has key hash) → (outbox table, insert statement)
-_statements: dict[tuple[str, TableName, str, bool], tuple[OutboxTable, sa.Insert]] = {}
-# engine → table → its shape; weak so that disposed engines do not linger
-_shapes: weakref.WeakKeyDictionary[sa.Engine, dict[TableName, _Shape]] = weakref.WeakKeyDictionary()
-
-
-class _Bulk(NamedTuple):
-    """The dialect's bulk writer for a table, and how to turn encoded parameters into its rows."""
-
-    writer: BulkWriter
-    row: Callable[[dict[str, Any]], tuple[Any, ...]]
-
-
-# engine → (table, layout) → the dialect's bulk writer, or None where it has none
-_bulk_writers: weakref.WeakKeyDictionary[sa.Engine, dict[tuple[TableName, str], _Bulk | None]] = (
-    weakref.WeakKeyDictionary()
-)
-
 
 def _connection(tx: sa.Connection | Session) -> sa.Connection:
     if isinstance(tx, sa.Connection):
@@ -147,88 +115,6 @@ async def _async_connection(tx: AsyncTx) -> AsyncConnection:
     raise TypeError(f"astash needs a SQLAlchemy AsyncConnection or AsyncSession, got {type(tx).__name__}")
 
 
-def _known_shape(engine: sa.Engine, table: TableName) -> _Shape | None:
-    with _lock:
-        return _shapes.get(engine, {}).get(table)
-
-
-def _missing_table(conn: sa.Connection, table: TableName) -> OutboxTableMissingError:
-    url = conn.engine.url.render_as_string(hide_password=True)
-    return OutboxTableMissingError(
-        f"the outbox table {table} does not exist in {url}: create it with "
-        f"`reaper init-db --data-source '{url}' --table {table}` (or `reaper schema` for its DDL)"
-    )
-
-
-def _shape_of(conn: sa.Connection, table: TableName) -> _Shape:
-    """The table's layout, as its dialect recognises it from the columns, whether it has the
-    key hash column, and its key column's length; looked up once per engine."""
-    known = _known_shape(conn.engine, table)
-    if known is not None:
-        return known
-    try:
-        reflected = sa.inspect(conn).get_columns(table.name, schema=table.schema)
-    except sa.exc.NoSuchTableError:
-        raise _missing_table(conn, table) from None  # not remembered: it may be created later
-    columns = {c["name"].lower(): c for c in reflected}
-    plugin = dialect_of(conn.dialect)
-    layout = (plugin.detect_layout(columns) if plugin is not None else None) or NATIVE
-    key = columns.get(_KEY_COLUMN)
-    length = getattr(key["type"], "length", None) if key is not None else None
-    shape = _Shape(layout, layout == NATIVE and KEY_HASH_COLUMN in columns, length if isinstance(length, int) else None)
-    with _lock:
-        _shapes.setdefault(conn.engine, {})[table] = shape
-    return shape
-
-
-async def _ashape_of(conn: AsyncConnection, table: TableName) -> _Shape:
-    # The cache is shared with the sync path: an AsyncEngine wraps a sync Engine.
-    known = _known_shape(conn.sync_engine, table)
-    if known is not None:
-        return known
-    # Inspection is synchronous in SQLAlchemy; run_sync runs it on the async driver.
-    return await conn.run_sync(_shape_of, table)
-
-
-def _forced(shape: _Shape, layout: str | None) -> tuple[str, bool]:
-    """The layout and key hash of ``shape``, with the layout the caller named, if any (only
-    the native one has a key hash)."""
-    if layout is None:
-        return shape.layout, shape.key_hash
-    return layout, shape.key_hash and layout == NATIVE
-
-
-def _bulk_writer_of(conn: sa.Connection, outbox: OutboxTable) -> _Bulk | None:
-    key = (outbox.name, outbox.layout)
-    with _lock:
-        known = _bulk_writers.get(conn.engine)
-        if known is not None and key in known:
-            return known[key]
-    plugin = dialect_of(conn.dialect)
-    columns = outbox.stashed_columns
-    writer = None if plugin is None else plugin.bulk_writer(conn, outbox.table, columns)
-    bulk = None if writer is None else _Bulk(writer, itemgetter(*columns))
-    with _lock:
-        _bulk_writers.setdefault(conn.engine, {})[key] = bulk
-    return bulk
-
-
-def _forget_bulk_writer(engine: sa.Engine, outbox: OutboxTable) -> None:
-    with _lock:
-        _bulk_writers.get(engine, {}).pop((outbox.name, outbox.layout), None)
-
-
-def _statement(dialect: str, table: TableName, shape: tuple[str, bool]) -> tuple[OutboxTable, sa.Insert]:
-    key = (dialect, table, *shape)
-    found = _statements.get(key)
-    if found is None:
-        outbox = OutboxTable.build(table, shape[0], key_hash=shape[1])
-        found = (outbox, sa.insert(outbox.table))
-        with _lock:
-            _statements[key] = found
-    return found
-
-
 def _has_traceparent(headers: Sequence[Header]) -> bool:
     return any(name.lower() == "traceparent" for name, _ in headers)
 
@@ -251,50 +137,6 @@ def _traced(records: list[OutboxRecord]) -> list[OutboxRecord]:
     return out
 
 
-def _text_bytes(text: str | bytes) -> int:
-    if isinstance(text, bytes):
-        return len(text)
-    return len(text) if text.isascii() else len(text.encode())
-
-
-def record_bytes(record: OutboxRecord) -> int:
-    """The size Kafka counts against ``max.message.bytes`` for ``record``'s payload: its key,
-    value and headers (names and values), in bytes."""
-    size = _text_bytes(record.key)
-    if record.value is not None:
-        size += _text_bytes(record.value)
-    for name, value in record.headers:
-        size += _text_bytes(name) + _text_bytes(value)
-    return size
-
-
-class _Limits(NamedTuple):
-    """What a record must fit: the table's key column and the stasher's size limit."""
-
-    table: TableName
-    key_length: int | None
-    max_record_bytes: int | None
-
-    def check(self, record: OutboxRecord) -> OutboxRecord:
-        if self.key_length is not None and len(record.key) > self.key_length:
-            raise KeyTooLongError(
-                f"record key is {len(record.key)} characters long, but the key column ({_KEY_COLUMN}) of "
-                f"the outbox table {self.table} holds at most {self.key_length}: shorten the key "
-                f"(a hash or an id of the entity), or widen the column (key {record.key[:40]!r}...)"
-            )
-        if self.max_record_bytes is not None:
-            size = record_bytes(record)
-            if size > self.max_record_bytes:
-                raise RecordTooLargeError(
-                    f"record for topic {record.topic!r} with key {record.key[:40]!r} is {size} bytes "
-                    f"(key, value and headers), over max_record_bytes={self.max_record_bytes}, which Kafka "
-                    f"would refuse at publish (its default message.max.bytes is {KAFKA_MESSAGE_MAX_BYTES}): store "
-                    f"the payload elsewhere and stash a reference, or raise the topic's max.message.bytes "
-                    f"and the Stasher's max_record_bytes together"
-                )
-        return record
-
-
 C = TypeVar("C")
 
 
@@ -306,12 +148,12 @@ class _Prepared(Generic[C]):
 
     def __init__(
         self, conn: C, outbox: OutboxTable, insert: sa.Insert, propagate_trace: bool = False,
-        limits: _Limits | None = None,
+        limits: StashLimits | None = None,
     ) -> None:
         self._conn = conn
         self._insert = insert
         self._encode = outbox.encode
-        self._check = (limits or _Limits(outbox.name, None, None)).check
+        self._check = (limits or StashLimits(outbox.name, None, None)).check
         self.outbox = outbox
         self.propagate_trace = propagate_trace
 
@@ -338,7 +180,7 @@ class PreparedStasher(_Prepared[sa.Connection]):
 
     def __init__(
         self, conn: sa.Connection, outbox: OutboxTable, insert: sa.Insert, propagate_trace: bool = False,
-        bulk: bool = True, limits: _Limits | None = None,
+        bulk: bool = True, limits: StashLimits | None = None,
     ) -> None:
         super().__init__(conn, outbox, insert, propagate_trace, limits)
         self.bulk = bulk
@@ -356,9 +198,9 @@ class PreparedStasher(_Prepared[sa.Connection]):
     def _write(self, params: list[dict[str, Any]]) -> None:
         if not params:
             return
-        bulk: _Bulk | None = None
+        bulk: Bulk | None = None
         if self.bulk and len(params) > 1:
-            bulk = _bulk_writer_of(self._conn, self.outbox)
+            bulk = bulk_writer_of(self._conn, self.outbox)
             if (
                 bulk is not None
                 and len(params) >= bulk.writer.min_rows
@@ -371,7 +213,7 @@ class PreparedStasher(_Prepared[sa.Connection]):
             if self.bulk and bulk is None:
                 # The dialect may have declined for want of the table, which is why this failed
                 # too: ask it again once the table exists rather than keep executemany for good.
-                _forget_bulk_writer(self._conn.engine, self.outbox)
+                forget_bulk_writer(self._conn.engine, self.outbox)
             raise
 
 
@@ -390,94 +232,6 @@ class AsyncPreparedStasher(_Prepared["AsyncConnection"]):
         if params:
             await self._conn.execute(self._insert, params)
         return len(params)
-
-
-class BatchStasher:
-    """Buffers records and writes them with one executemany (or ``COPY``) per ``flush_every``
-    records, and whenever the transaction needs them; see :meth:`Stasher.batch`. One round
-    trip per record bounds single-row stashing (a few thousand per second on PostgreSQL);
-    batching does not.
-
-    What is buffered is written before anything else reaches the database on the connection
-    (so the transaction's own queries see every record stashed), before a commit, a savepoint
-    or a rollback to one, and on leaving the ``with`` block. A rollback discards it with the
-    rest of the transaction. So no record can be lost to a commit that forgot the batch.
-
-    Each record is validated, given its trace headers and encoded when stashed, so a bad
-    record is refused at once and carries the trace current at its own stash. A database error
-    in a flush (a constraint of yours) surfaces from the statement or commit that flushed.
-    """
-
-    __slots__ = ("__weakref__", "_buffer", "_conn", "_flush_every", "_flushing", "_hooks", "_prepared")
-
-    def __init__(self, prepared: PreparedStasher, flush_every: int) -> None:
-        self._prepared = prepared
-        self._conn = prepared._conn
-        self._buffer: list[dict[str, Any]] = []
-        self._flush_every = flush_every
-        self._flushing = False
-        flush_first = self._flush_first
-        hooks = (
-            ("before_cursor_execute", flush_first),  # any statement: it may read the outbox
-            ("commit", flush_first),
-            ("prepare_twophase", flush_first),
-            ("savepoint", flush_first),  # else a rollback to it would take earlier records
-            ("rollback_savepoint", flush_first),  # written inside it, rolled back with it
-            ("rollback", self._discard),
-        )
-        for name, hook in hooks:
-            sa.event.listen(self._conn, name, hook)
-        self._hooks: tuple[tuple[str, Callable[..., None]], ...] | None = hooks
-
-    def stash(self, record: OutboxRecord) -> None:
-        if self._hooks is None:
-            raise RuntimeError("this batch is closed: stash through a new Stasher.batch(tx)")
-        params = self._prepared._params(record)
-        if not self._buffer and not self._conn.in_transaction():
-            # As a write would (autobegin): else the commit that should flush has nothing to commit.
-            self._conn.begin()
-        self._buffer.append(params)
-        if len(self._buffer) >= self._flush_every:
-            self.flush()
-
-    def flush(self) -> None:
-        """Write what is buffered now."""
-        if not self._buffer or self._flushing:
-            return
-        buffered, self._buffer = self._buffer, []
-        self._flushing = True  # our own statements pass the hooks
-        try:
-            self._prepared._write(buffered)
-        finally:
-            self._flushing = False
-
-    def _flush_first(self, *_: object) -> None:
-        self.flush()
-
-    def _discard(self, *_: object) -> None:
-        self._buffer.clear()
-
-    def close(self) -> None:
-        """Write what is buffered and stop watching the connection."""
-        try:
-            self.flush()
-        finally:
-            self._unhook()
-
-    def _unhook(self) -> None:
-        hooks, self._hooks = self._hooks, None
-        for name, hook in hooks or ():
-            sa.event.remove(self._conn, name, hook)
-
-    def __enter__(self) -> BatchStasher:
-        return self
-
-    def __exit__(self, exc_type: object, *_: object) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self._buffer.clear()  # the caller's transaction is failing anyway
-            self._unhook()
 
 
 class Stasher:
@@ -527,22 +281,22 @@ class Stasher:
             f"max_record_bytes={self.max_record_bytes!r})"
         )
 
-    def _limits(self, shape: _Shape) -> _Limits:
-        return _Limits(self.table, shape.key_length, self.max_record_bytes)
+    def _limits(self, shape: TableShape) -> StashLimits:
+        return StashLimits(self.table, shape.key_length, self.max_record_bytes)
 
     def prepare(self, tx: sa.Connection | Session) -> PreparedStasher:
         """A stasher bound to ``tx``'s connection (and so to its transaction)."""
         conn = _connection(tx)
-        shape = _shape_of(conn, self.table)
-        outbox, insert = _statement(conn.dialect.name, self.table, _forced(shape, self.layout))
+        shape = shape_of(conn, self.table)
+        outbox, insert = statement(conn.dialect.name, self.table, forced(shape, self.layout))
         wake_harvester(conn, self.table)  # PostgreSQL: NOTIFY on commit, now and then
         return PreparedStasher(conn, outbox, insert, self.propagate_trace, self.bulk, self._limits(shape))
 
     async def aprepare(self, tx: AsyncTx) -> AsyncPreparedStasher:
         """:meth:`prepare` for an ``AsyncConnection`` or ``AsyncSession``."""
         conn = await _async_connection(tx)
-        shape = await _ashape_of(conn, self.table)
-        outbox, insert = _statement(conn.dialect.name, self.table, _forced(shape, self.layout))
+        shape = await ashape_of(conn, self.table)
+        outbox, insert = statement(conn.dialect.name, self.table, forced(shape, self.layout))
         await awake_harvester(conn, self.table)
         return AsyncPreparedStasher(conn, outbox, insert, self.propagate_trace, self._limits(shape))
 
@@ -561,7 +315,7 @@ class Stasher:
 
     def stash(self, tx: sa.Connection | Session, record: OutboxRecord) -> None:
         validate_record(record)  # before touching the connection at all
-        _Limits(self.table, None, self.max_record_bytes).check(record)
+        StashLimits(self.table, None, self.max_record_bytes).check(record)
         self.prepare(tx).stash(record)
 
     def stash_many(self, tx: sa.Connection | Session, records: Iterable[OutboxRecord]) -> int:
@@ -570,7 +324,7 @@ class Stasher:
     async def astash(self, tx: AsyncTx, record: OutboxRecord) -> None:
         # Before touching the connection (or beginning a session's transaction).
         validate_record(record)
-        _Limits(self.table, None, self.max_record_bytes).check(record)
+        StashLimits(self.table, None, self.max_record_bytes).check(record)
         await (await self.aprepare(tx)).stash(record)
 
     async def astash_many(self, tx: AsyncTx, records: Iterable[OutboxRecord]) -> int:

@@ -145,10 +145,14 @@ class MarkQuery:
 
 class ReturningMark:
     """One statement: ``UPDATE … SET leader_id = :leader_id WHERE id IN (oldest) RETURNING …``
-    (``OUTPUT inserted.…`` on SQL Server)."""
+    (``OUTPUT inserted.…`` on SQL Server).
 
-    def __init__(self, query: MarkQuery) -> None:
+    ``prelude`` runs first, in the mark's transaction: settings the dialect scopes to the mark
+    alone (PostgreSQL's ``SET LOCAL``)."""
+
+    def __init__(self, query: MarkQuery, prelude: Sequence[sa.Executable] = ()) -> None:
         self.query = query
+        self.prelude = tuple(prelude)
         self._statements: dict[int, sa.Update] = {}
 
     def statement(self, limit: int) -> sa.Update:
@@ -158,11 +162,13 @@ class ReturningMark:
         return stmt
 
     def statements(self, limit: int) -> Sequence[sa.Executable]:
-        return [self.statement(limit)]
+        return [*self.prelude, self.statement(limit)]
 
     def mark(self, connection: sa.Connection, leader_id: str, limit: int) -> Sequence[Sequence[Any]]:
         stmt = self.statement(limit)
         with connection.begin():
+            for setting in self.prelude:
+                connection.execute(setting)
             return connection.execute(stmt, {"leader_id": leader_id}).all()
 
 

@@ -1,0 +1,65 @@
+"""What a record must fit before the stasher writes it: the table's key column and the
+stasher's ``max_record_bytes``.
+
+Kept apart from :mod:`pyharvest.stasher`, with :mod:`pyharvest.stash_errors`, so that the size
+Kafka counts can be computed without SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from pyharvest.stash_errors import KAFKA_MESSAGE_MAX_BYTES, KeyTooLongError, RecordTooLargeError
+
+if TYPE_CHECKING:
+    from pyharvest.core.records import OutboxRecord
+    from pyharvest.plugins.api import TableName
+
+__all__ = ["KEY_COLUMN", "StashLimits", "record_bytes"]
+
+#: The outbox's key column, in both layouts.
+KEY_COLUMN = "kafka_key"
+
+
+def _text_bytes(text: str | bytes) -> int:
+    if isinstance(text, bytes):
+        return len(text)
+    return len(text) if text.isascii() else len(text.encode())
+
+
+def record_bytes(record: OutboxRecord) -> int:
+    """The size Kafka counts against ``max.message.bytes`` for ``record``'s payload: its key,
+    value and headers (names and values), in bytes."""
+    size = _text_bytes(record.key)
+    if record.value is not None:
+        size += _text_bytes(record.value)
+    for name, value in record.headers:
+        size += _text_bytes(name) + _text_bytes(value)
+    return size
+
+
+class StashLimits(NamedTuple):
+    """What a record must fit: the table's key column and the stasher's size limit."""
+
+    table: TableName | str
+    key_length: int | None
+    max_record_bytes: int | None
+
+    def check(self, record: OutboxRecord) -> OutboxRecord:
+        if self.key_length is not None and len(record.key) > self.key_length:
+            raise KeyTooLongError(
+                f"record key is {len(record.key)} characters long, but the key column ({KEY_COLUMN}) of "
+                f"the outbox table {self.table} holds at most {self.key_length}: shorten the key "
+                f"(a hash or an id of the entity), or widen the column (key {record.key[:40]!r}...)"
+            )
+        if self.max_record_bytes is not None:
+            size = record_bytes(record)
+            if size > self.max_record_bytes:
+                raise RecordTooLargeError(
+                    f"record for topic {record.topic!r} with key {record.key[:40]!r} is {size} bytes "
+                    f"(key, value and headers), over max_record_bytes={self.max_record_bytes}, which Kafka "
+                    f"would refuse at publish (its default message.max.bytes is {KAFKA_MESSAGE_MAX_BYTES}): store "
+                    f"the payload elsewhere and stash a reference, or raise the topic's max.message.bytes "
+                    f"and the Stasher's max_record_bytes together"
+                )
+        return record

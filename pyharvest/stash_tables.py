@@ -1,0 +1,133 @@
+"""What the stasher knows of an outbox table, looked up once per engine: its layout (as its
+dialect recognises it from the columns), whether it has the key hash column, its key column's
+length, the insert statement built for it, and the dialect's bulk writer for it.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import sqlalchemy as sa
+
+from pyharvest.plugins.api import KEY_HASH_COLUMN, NATIVE, BulkWriter, OutboxTable, TableName, dialect_of
+from pyharvest.stash_errors import OutboxTableMissingError
+from pyharvest.stash_limits import KEY_COLUMN
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
+__all__ = ["Bulk", "TableShape", "ashape_of", "bulk_writer_of", "forced", "forget_bulk_writer", "shape_of", "statement"]
+
+class TableShape(NamedTuple):
+    """What the stasher needs to know of a table, looked up once per engine."""
+
+    layout: str
+    key_hash: bool  # the native layout's key hash column is there
+    key_length: int | None  # the key column's length in characters, if it has one
+
+
+_lock = threading.Lock()
+# (dialect name, table, layout, has key hash) → (outbox table, insert statement)
+_statements: dict[tuple[str, TableName, str, bool], tuple[OutboxTable, sa.Insert]] = {}
+# engine → table → its shape; weak so that disposed engines do not linger
+_shapes: weakref.WeakKeyDictionary[sa.Engine, dict[TableName, TableShape]] = weakref.WeakKeyDictionary()
+
+
+class Bulk(NamedTuple):
+    """The dialect's bulk writer for a table, and how to turn encoded parameters into its rows."""
+
+    writer: BulkWriter
+    row: Callable[[dict[str, Any]], tuple[Any, ...]]
+
+
+# engine → (table, layout) → the dialect's bulk writer, or None where it has none
+_bulk_writers: weakref.WeakKeyDictionary[sa.Engine, dict[tuple[TableName, str], Bulk | None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _known_shape(engine: sa.Engine, table: TableName) -> TableShape | None:
+    with _lock:
+        return _shapes.get(engine, {}).get(table)
+
+
+def _missing_table(conn: sa.Connection, table: TableName) -> OutboxTableMissingError:
+    url = conn.engine.url.render_as_string(hide_password=True)
+    return OutboxTableMissingError(
+        f"the outbox table {table} does not exist in {url}: create it with "
+        f"`reaper init-db --data-source '{url}' --table {table}` (or `reaper schema` for its DDL)"
+    )
+
+
+def shape_of(conn: sa.Connection, table: TableName) -> TableShape:
+    """The table's layout, as its dialect recognises it from the columns, whether it has the
+    key hash column, and its key column's length; looked up once per engine."""
+    known = _known_shape(conn.engine, table)
+    if known is not None:
+        return known
+    try:
+        reflected = sa.inspect(conn).get_columns(table.name, schema=table.schema)
+    except sa.exc.NoSuchTableError:
+        raise _missing_table(conn, table) from None  # not remembered: it may be created later
+    columns = {c["name"].lower(): c for c in reflected}
+    plugin = dialect_of(conn.dialect)
+    layout = (plugin.detect_layout(columns) if plugin is not None else None) or NATIVE
+    key = columns.get(KEY_COLUMN)
+    length = getattr(key["type"], "length", None) if key is not None else None
+    key_length = length if isinstance(length, int) else None
+    shape = TableShape(layout, layout == NATIVE and KEY_HASH_COLUMN in columns, key_length)
+    with _lock:
+        _shapes.setdefault(conn.engine, {})[table] = shape
+    return shape
+
+
+async def ashape_of(conn: AsyncConnection, table: TableName) -> TableShape:
+    # The cache is shared with the sync path: an AsyncEngine wraps a sync Engine.
+    known = _known_shape(conn.sync_engine, table)
+    if known is not None:
+        return known
+    # Inspection is synchronous in SQLAlchemy; run_sync runs it on the async driver.
+    return await conn.run_sync(shape_of, table)
+
+
+def forced(shape: TableShape, layout: str | None) -> tuple[str, bool]:
+    """The layout and key hash of ``shape``, with the layout the caller named, if any (only
+    the native one has a key hash)."""
+    if layout is None:
+        return shape.layout, shape.key_hash
+    return layout, shape.key_hash and layout == NATIVE
+
+
+def bulk_writer_of(conn: sa.Connection, outbox: OutboxTable) -> Bulk | None:
+    key = (outbox.name, outbox.layout)
+    with _lock:
+        known = _bulk_writers.get(conn.engine)
+        if known is not None and key in known:
+            return known[key]
+    plugin = dialect_of(conn.dialect)
+    columns = outbox.stashed_columns
+    writer = None if plugin is None else plugin.bulk_writer(conn, outbox.table, columns)
+    bulk = None if writer is None else Bulk(writer, itemgetter(*columns))
+    with _lock:
+        _bulk_writers.setdefault(conn.engine, {})[key] = bulk
+    return bulk
+
+
+def forget_bulk_writer(engine: sa.Engine, outbox: OutboxTable) -> None:
+    with _lock:
+        _bulk_writers.get(engine, {}).pop((outbox.name, outbox.layout), None)
+
+
+def statement(dialect: str, table: TableName, shape: tuple[str, bool]) -> tuple[OutboxTable, sa.Insert]:
+    key = (dialect, table, *shape)
+    found = _statements.get(key)
+    if found is None:
+        outbox = OutboxTable.build(table, shape[0], key_hash=shape[1])
+        found = (outbox, sa.insert(outbox.table))
+        with _lock:
+            _statements[key] = found
+    return found
