@@ -3,7 +3,8 @@
 :class:`ShardedHarvestEngine` joins the leader group once (:class:`~pyharvest.core.shard_group.ShardGroup`)
 and, the first time a shard's partition is assigned to it, starts a
 :class:`~pyharvest.core.harvest.HarvestEngine` for that shard: its own leader id, in-flight
-window, producer, delivery thread and binding (marking only the shard's rows). Engines stay
+window, delivery thread and binding (marking only the shard's rows). The shards share one data
+producer (:mod:`~pyharvest.core.shared_producer`), so their records batch together. Engines stay
 up when their shard moves away (they only stop leading), so a shard that comes back resumes
 at once. A crash of one process stalls only the shards it led, until the group gives them to
 the others; every other shard keeps publishing.
@@ -23,7 +24,9 @@ from pyharvest.core.kafka import KafkaClients
 from pyharvest.core.kafka_origins import explain_harvest_refusal
 from pyharvest.core.lifecycle import Lifecycle, State
 from pyharvest.core.logs import log, one_line
+from pyharvest.core.sender import producer_config
 from pyharvest.core.shard_group import ShardGroup
+from pyharvest.core.shared_producer import ShardKafkaClients, SharedProducer
 
 __all__ = ["ShardedHarvestEngine"]
 
@@ -50,6 +53,7 @@ class ShardedHarvestEngine(Lifecycle):
         self._engines: dict[int, HarvestEngine] = {}
         self._lock = threading.Lock()
         self._group: ShardGroup | None = None
+        self._producer: SharedProducer | None = None
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ public API
@@ -96,6 +100,7 @@ class ShardedHarvestEngine(Lifecycle):
             self._binding = source if isinstance(source, ShardableBinding) else source()
             self._binding.for_shard(cfg.shards, 0).dispose()  # refuses a table that cannot be sharded
             limits = cfg.limits
+            self._producer = SharedProducer(self._kafka, producer_config(cfg))
             self._group = ShardGroup(
                 self._kafka, cfg.base_kafka_config, cfg.leader_topic, cfg.leader_group_id, cfg.name, cfg.shards,
                 heartbeat_timeout=limits.heartbeat_timeout,  # type: ignore[arg-type]
@@ -120,12 +125,12 @@ class ShardedHarvestEngine(Lifecycle):
         with self._lock:
             if shard in self._engines:
                 return
-        assert self._binding is not None and self._group is not None
+        assert self._binding is not None and self._group is not None and self._producer is not None
         lease = self._group.leases[shard]
         engine = HarvestEngine(
             self.config,
             binding=self._binding.for_shard(self.config.shards, shard),
-            kafka=self._kafka,
+            kafka=ShardKafkaClients(self._kafka, self._producer),
             leadership=lease.bind,
             shard=shard,
         )
@@ -184,6 +189,12 @@ class ShardedHarvestEngine(Lifecycle):
             except Exception as e:  # noqa: BLE001 - one shard's crash must not leave others running
                 log.warning("the engine of shard %d stopped with an error: %s", shard, one_line(e))
                 self._crash = self._crash or e
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                producer.close()
+            except Exception as e:  # noqa: BLE001
+                log.warning("error closing the producer: %s", one_line(e))
         binding, self._binding = self._binding, None
         if binding is not None:
             try:
