@@ -15,6 +15,8 @@ partitions' assignment to the last commit, so the group join is not counted. Han
 * ``insert`` — one ``INSERT`` per message;
 * ``batch-insert`` — a batch handler: one row per message, the transaction's rows in one
                      ``executemany``;
+* ``batch-bulk``   — the same rows through ``pyharvest.inbox.BulkInsert`` (``COPY`` on
+                     PostgreSQL, ``executemany`` elsewhere);
 * ``batch-copy``   — the same rows written with psycopg's ``COPY`` (PostgreSQL only): what a
                      batch handler gains by leaving ``executemany`` behind.
 """
@@ -63,7 +65,7 @@ def fill(bootstrap: str, topic: str, messages: int, partitions: int) -> float:
 
 def run(args: argparse.Namespace) -> dict[str, object]:
     from pyharvest.bindings.kafka.embedded import EmbeddedBroker
-    from pyharvest.inbox import Inbox, InboxConfig, InboxLimits, InboxMessage
+    from pyharvest.inbox import BulkInsert, Inbox, InboxConfig, InboxLimits, InboxMessage
 
     prefix = f"bench_{uuid.uuid4().hex[:8]}"
     engine = sa.create_engine(args.database)
@@ -99,6 +101,11 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     def batch_insert(tx: sa.Connection, messages: list[InboxMessage]) -> None:
         tx.execute(add, [{"delivery_id": m.delivery_id, "body": m.value} for m in messages])
 
+    write_events = BulkInsert(events, ["delivery_id", "body"])
+
+    def batch_bulk(tx: sa.Connection, messages: list[InboxMessage]) -> None:
+        write_events(tx, [(m.delivery_id, m.value) for m in messages])
+
     def batch_copy(tx: sa.Connection, messages: list[InboxMessage]) -> None:
         # The inbox's own transaction, on the driver's connection under SQLAlchemy's.
         driver = tx.connection.driver_connection
@@ -108,7 +115,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                 copy.write_row((m.delivery_id, m.value))
 
     handlers = {"noop": noop, "update": update, "insert": insert}
-    batch_handlers = {"batch-insert": batch_insert, "batch-copy": batch_copy}
+    batch_handlers = {"batch-insert": batch_insert, "batch-bulk": batch_bulk, "batch-copy": batch_copy}
     try:
         with EmbeddedBroker() as broker:
             topic = f"{prefix}-in"
@@ -170,7 +177,7 @@ def main() -> None:
     p.add_argument("--database", default=DEFAULT_DATABASE)
     p.add_argument("--messages", type=int, default=200_000)
     p.add_argument("--partitions", type=int, default=4)
-    p.add_argument("--handler", choices=("noop", "update", "insert", "batch-insert", "batch-copy"), default="noop")
+    p.add_argument("--handler", choices=("noop", "update", "insert", "batch-insert", "batch-bulk", "batch-copy"), default="noop")
     p.add_argument("--batch-size", type=int, default=5000)
     p.add_argument("--batch-duration", type=float, default=0.5, help="seconds")
     args = p.parse_args()

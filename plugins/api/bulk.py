@@ -5,8 +5,9 @@ once per engine and table (:func:`pyharvest.plugins.hookspecs.pyharvest_bulk_wri
 writer inserts rows inside the caller's transaction, exactly as the ``INSERT`` would: same
 columns, same defaults, same triggers, and a failure raises SQLAlchemy's usual
 :class:`~sqlalchemy.exc.DBAPIError` subclasses and leaves the transaction for the caller to
-roll back. :func:`insert_many` is the one call every caller makes: the writer where the
-dialect has one and the batch is large enough, else ``executemany``.
+roll back. :class:`~pyharvest.bindings.sql.bulk_insert.BulkInsert` is the one call every caller makes
+(exported for batch handlers as ``pyharvest.inbox.BulkInsert``): the writer where the dialect
+has one and the batch is large enough, else ``executemany``.
 
 PostgreSQL's is ``COPY … FROM STDIN`` (psycopg 3): a batch of 100 records costs the client
 about a third of the CPU of an ``executemany`` and the server far less.

@@ -12,6 +12,7 @@
 See ``docs/inbox.md`` for the guarantees and the tables.
 """
 
+from pyharvest.bindings.sql.bulk_insert import BulkInsert
 from pyharvest.inbox.config import ERROR_POLICIES, InboxConfig, InboxFile, InboxLimits
 from pyharvest.inbox.deadletters import DeadLetter, list_dead_letters, request_replay
 from pyharvest.inbox.errors import HandlerError, InboxError
@@ -24,6 +25,7 @@ __all__ = [
     "OUTBOX_HEADER",
     "RECORD_ID_HEADER",
     "BatchHandler",
+    "BulkInsert",
     "DeadLetter",
     "Handler",
     "HandlerError",

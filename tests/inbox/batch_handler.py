@@ -1,7 +1,8 @@
 """The batch handler of the kill-and-rerun test, run by ``reaper inbox --batch-handler``.
 
-Each message is ``{"k": key, "s": seq}``; one ``executemany`` logs a row per message with
-where it was read. With ``BATCH_STALL_FILE`` set, the ``BATCH_STALL_AFTER``-th call writes its
+Each message is ``{"k": key, "s": seq}``; one :class:`~pyharvest.inbox.BulkInsert` (``COPY`` on
+PostgreSQL, ``executemany`` elsewhere) logs a row per message with where it was read, in the
+inbox's transaction. With ``BATCH_STALL_FILE`` set, the ``BATCH_STALL_AFTER``-th call writes its
 rows, creates that file and hangs: the test then SIGKILLs the process inside an open
 transaction. Tables come from ``BATCH_PREFIX``.
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from pyharvest.inbox import InboxMessage
+from pyharvest.inbox import BulkInsert, InboxMessage
 
 PREFIX = os.environ.get("BATCH_PREFIX", "batch")
 STALL_FILE = os.environ.get("BATCH_STALL_FILE")
@@ -34,7 +35,7 @@ def log_table(prefix: str) -> sa.Table:
     )
 
 
-_insert = sa.insert(log_table(PREFIX))
+_write = BulkInsert(log_table(PREFIX), ["kafka_partition", "kafka_offset", "k", "s"])
 _calls = 0
 
 
@@ -44,8 +45,8 @@ def apply(tx: sa.Connection, messages: list[InboxMessage]) -> None:
     rows = []
     for m in messages:
         body = json.loads(m.value or b"{}")
-        rows.append({"kafka_partition": m.partition, "kafka_offset": m.offset, "k": body["k"], "s": body["s"]})
-    tx.execute(_insert, rows)
+        rows.append((m.partition, m.offset, body["k"], body["s"]))
+    _write(tx, rows)
     if STALL_FILE and _calls == STALL_AFTER:
         Path(STALL_FILE).touch()
         time.sleep(3600)  # killed here, its transaction open
