@@ -62,7 +62,7 @@ def main() -> None:
         table = "bench_spark_applied"
         engine = sa.create_engine(args.url)
         with engine.begin() as c:
-            for t in (table, f"{table}_batches", f"{table}_batches_seen"):
+            for t in (table, f"{table}_batches", f"{table}_batches_seen", f"{table}_batches_tasks"):
                 c.exec_driver_sql(f"DROP TABLE IF EXISTS {t}")
             c.exec_driver_sql(f"CREATE TABLE {table} (k BYTEA, v BYTEA, p INT, o BIGINT)")
 
@@ -85,7 +85,7 @@ def main() -> None:
         print(f"{n} messages in {elapsed:.2f}s = {n / elapsed:,.0f} messages/s "
               f"({sink.applied_batches} batches, includes query start-up)", flush=True)
         with engine.begin() as c:
-            for t2 in (table, f"{table}_batches", f"{table}_batches_seen"):
+            for t2 in (table, f"{table}_batches", f"{table}_batches_seen", f"{table}_batches_tasks"):
                 c.exec_driver_sql(f"DROP TABLE IF EXISTS {t2}")
         engine.dispose()
 

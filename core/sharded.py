@@ -189,16 +189,17 @@ class ShardedHarvestEngine(Lifecycle):
             except Exception as e:  # noqa: BLE001 - one shard's crash must not leave others running
                 log.warning("the engine of shard %d stopped with an error: %s", shard, one_line(e))
                 self._crash = self._crash or e
+        # After every engine has stopped: they produce through it and purge through the binding.
         producer, self._producer = self._producer, None
-        if producer is not None:
-            try:
-                producer.close()
-            except Exception as e:  # noqa: BLE001
-                log.warning("error closing the producer: %s", one_line(e))
         binding, self._binding = self._binding, None
-        if binding is not None:
+        for what, close in (
+            ("producer", producer.close if producer is not None else None),
+            ("database binding", binding.dispose if binding is not None else None),
+        ):
+            if close is None:
+                continue
             try:
-                binding.dispose()
-            except Exception as e:  # noqa: BLE001
-                log.warning("error closing database binding: %s", one_line(e))
+                close()
+            except Exception as e:  # noqa: BLE001 - keep closing the rest
+                log.warning("error closing %s: %s", what, one_line(e))
 
