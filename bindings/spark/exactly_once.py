@@ -23,6 +23,7 @@ with each batch, identities older than ``dedupe_retention`` every ten minutes.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import time
 from collections.abc import Iterable
@@ -33,10 +34,10 @@ import sqlalchemy as sa
 
 from pyharvest.bindings.spark.database import Database
 from pyharvest.bindings.spark.partition_apply import IDENTITY_COLUMN, ApplyFunction, PartitionApply
-from pyharvest.bindings.spark.sink_source import SinkDataSource, sink_source
 from pyharvest.bindings.spark.sink_tables import IDENTITY_LENGTH
+from pyharvest.bindings.spark.sink_tasks import APPLIED_SCHEMA, TaskApply
 from pyharvest.bindings.sql.bulk_insert import BulkInsert
-from pyharvest.core.errors import ConfigError
+from pyharvest.core.errors import BindingError, ConfigError
 from pyharvest.core.identity import OUTBOX_HEADER, RECORD_ID_HEADER
 from pyharvest.plugins.api import parse_table_name
 
@@ -128,8 +129,6 @@ class ExactlyOnceSink:
         self.columns = list(columns) if columns else None
         self._tasks = PartitionApply(url, binding, checkpoint_table, name, dedupe, apply)
         self._tables = self._tasks.tables
-        self._source: type[SinkDataSource] = sink_source(self._tasks)
-        self._registered_in: Any = None
         self._db: Database | None = None
         self._next_prune = 0.0
         self.applied_batches = 0
@@ -146,6 +145,14 @@ class ExactlyOnceSink:
             self._db = db
         return self._db
 
+    @staticmethod
+    def _require_pandas() -> None:
+        if importlib.util.find_spec("pandas") is None:
+            raise BindingError(
+                "the exactly-once sink runs its tasks through PySpark's mapInArrow, which needs pandas "
+                "(>= 2.2): pip install 'pyharvest[spark]'; nothing was applied"
+            )
+
     def _resolve_query_id(self, df: Any) -> str:
         if self.query_id:
             return self.query_id
@@ -156,12 +163,8 @@ class ExactlyOnceSink:
             )
         return str(qid)
 
-    def _register(self, session: Any) -> None:
-        if self._registered_in is not session:
-            session.dataSource.register(self._source)
-            self._registered_in = session
-
     def __call__(self, df: Any, batch_id: int) -> None:
+        self._require_pandas()  # before the batch is looked at: PySpark would fail only once it runs
         db = self._database()
         query_id = self._resolve_query_id(df)
         b = self._tables.batches
@@ -183,11 +186,9 @@ class ExactlyOnceSink:
         if self.columns:
             # Only what apply needs goes to the Python workers (nested headers are costly to convert).
             df = df.select(*self.columns, *([IDENTITY_COLUMN] if self.dedupe else []))
-        self._register(df.sparkSession)
         batch_time = datetime.now(UTC)
-        # Each task applies its partition and commits (partition_apply); save() returns once all have.
-        (df.write.format(self._source.format_name).option("query_id", query_id).option("batch_id", str(batch_id))
-         .option("batch_time", batch_time.isoformat()).mode("append").save())
+        # Each task applies its partition and commits (partition_apply); collect() returns once all have.
+        df.mapInArrow(TaskApply(self._tasks, query_id, batch_id, batch_time), APPLIED_SCHEMA).collect()
         t = self._tables.tasks
         with db.engine.begin() as conn:
             conn.execute(sa.insert(b), {"query_id": query_id, "batch_id": batch_id, "applied_at": datetime.now(UTC)})

@@ -20,9 +20,9 @@ the DataFrame is reshuffled on the way); a partition whose message count differs
 first time fails with an error rather than guess.
 
 The driver (:class:`~pyharvest.bindings.spark.exactly_once.ExactlyOnceSink`) runs the tasks
-through a Python data source writer (:mod:`.sink_source`: the Arrow batches of each partition
-go straight to the task's Python worker, nothing is collected) and, once all of them
-succeeded, records the batch itself.
+through ``mapInArrow`` (:mod:`.sink_tasks`: the Arrow batches of each partition go straight to
+the task's Python worker, nothing is collected) and, once all of them succeeded, records the
+batch itself.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ import pyarrow as pa
 import sqlalchemy as sa
 
 from pyharvest.bindings.spark.database import Database
-from pyharvest.bindings.spark.sink_source import AppliedPartition
 from pyharvest.bindings.spark.sink_tables import SinkTables
+from pyharvest.bindings.spark.sink_tasks import AppliedPartition
 from pyharvest.bindings.sql.bulk_insert import BulkInsert
 from pyharvest.core.errors import BindingError
 from pyharvest.plugins.api import Dialect

@@ -232,7 +232,7 @@ def test_partitions_apply_once_through_retries_and_a_replay(
     """What the executors do with a batch's partitions: a retry after its attempt committed
     applies nothing, a failed attempt leaves nothing, and a batch replayed after the driver
     died (before it recorded the batch) applies only what had not committed."""
-    from pyharvest.bindings.spark.sink_source import task_time
+    from pyharvest.bindings.spark.sink_tasks import task_time
 
     failing = {"partition": 1}
 
@@ -279,7 +279,7 @@ def test_partitions_apply_once_through_retries_and_a_replay(
 def test_without_dedupe_a_replay_must_split_the_batch_the_same_way(
     database_url: str, table_name: str, applied_table: str
 ) -> None:
-    from pyharvest.bindings.spark.sink_source import task_time
+    from pyharvest.bindings.spark.sink_tasks import task_time
     from pyharvest.core.errors import BindingError
 
     def apply(conn: sa.Connection, batch: pa.Table) -> None:
@@ -305,7 +305,7 @@ def test_without_dedupe_a_replay_must_split_the_batch_the_same_way(
 def test_two_attempts_at_once_commit_one(database_url: str, table_name: str, applied_table: str) -> None:
     """A speculative copy of a task commits while the first attempt is still applying: the
     first attempt's transaction fails on the partition's row and rolls back."""
-    from pyharvest.bindings.spark.sink_source import task_time
+    from pyharvest.bindings.spark.sink_tasks import task_time
 
     if database_url.startswith("sqlite"):
         pytest.skip("SQLite admits one writing transaction at a time: two attempts cannot overlap")

@@ -19,7 +19,6 @@ from pyharvest.bindings.spark import OUTBOX_HEADER, RECORD_ID_HEADER, ExactlyOnc
 from pyharvest.bindings.spark.exactly_once import insert_rows
 from pyharvest.bindings.spark.kafka_source import KAFKA_SCHEMA
 from pyharvest.bindings.spark.partition_apply import AppliedPartition, PartitionApply
-from pyharvest.bindings.spark.sink_source import sink_source
 from tests.fixtures.databases import server_url, unique_table
 from tests.kafka_tools import create_topic
 
@@ -174,7 +173,7 @@ def test_executors_apply_each_message_once_through_task_retries(spark, pg_table)
     apply = _apply_failing_partition_2_once(table)
     sink = ExactlyOnceSink(url, apply=apply, checkpoint_table=f"{table}_batches", query_id="q-retries",
                            columns=["key", "offset"])
-    sink._source = sink_source(_FailAfterCommit(url, None, f"{table}_batches", "default", True, apply))
+    sink._tasks = _FailAfterCommit(url, None, f"{table}_batches", "default", True, apply)
     sc = spark.sparkContext
     sc.setJobGroup("pyharvest-sink-retries", "injected task failures")
     try:
@@ -191,3 +190,16 @@ def test_executors_apply_each_message_once_through_task_retries(spark, pg_table)
         4, len(rows), n)
     sink(df, 0)  # replayed after it was recorded: skipped whole
     assert sink.skipped_batches == 1 and _count(url, f"SELECT count(*) FROM {table}") == (n,)
+
+
+def test_sink_without_pandas_says_what_to_install(monkeypatch) -> None:  # noqa: ANN001
+    import importlib.util
+
+    from pyharvest.core.errors import BindingError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pandas" else real(name, *a))
+    sink = ExactlyOnceSink("sqlite://", apply=lambda conn, batch: None)
+    with pytest.raises(BindingError, match=r"mapInArrow, which needs pandas.*pyharvest\[spark\].*nothing was applied"):
+        sink(object(), 0)
+    assert sink.applied_batches == 0
