@@ -36,6 +36,7 @@ import time
 import uuid
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,9 @@ from pyharvest.verify import verify_topic
 DEFAULT_DATABASE = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 LAYOUTS = ((1, 1), (2, 4), (3, 6))  # (processes, shards)
 _SHARD_EVENT = re.compile(r"shard (\d+) (assigned|revoked)")
+# A survivor taking a shard over, as its log says (the CLI's format: local time, milliseconds).
+_TAKEOVER = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?"
+                       r"(?:shard (\d+) assigned|acquired leader status)", re.MULTILINE)
 ROOT = Path(__file__).resolve().parent.parent
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -83,6 +87,11 @@ class FailoverRun:
     victim_max_delay_s: float = 0.0
     keys_paused_share: float = 0.0
     p99_before_ms: float = 0.0
+    # From the stop to the group handing the stopped process's last shard to a survivor (the
+    # broker's part: its failure detection and rebalance), and the longest a record of those
+    # shards then waited beyond its shard's hand-over (the reapers' part).
+    reassigned_s: float | None = None
+    after_reassignment_s: float | None = None
     lost: int = 0
     reordered: int = 0
     duplicates: int = 0
@@ -146,6 +155,15 @@ class Reaper:
         for shard, what in _SHARD_EVENT.findall(text):
             (owned.add if what == "assigned" else owned.discard)(int(shard))
         return owned
+
+    def takeovers(self, since: float) -> dict[int, float]:
+        """When this process was assigned each shard after ``since`` (epoch seconds), from its log."""
+        out: dict[int, float] = {}
+        for stamp, shard in _TAKEOVER.findall(self.log_path.read_text(errors="replace")):
+            at = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if at >= since:
+                out.setdefault(int(shard or 0), at)
+        return out
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> None:
         if self.proc.poll() is None:
@@ -370,6 +388,15 @@ def run_failover(args: argparse.Namespace, bootstrap: str, workdir: Path, shards
     report = verify_topic(bootstrap, topic, writer.records, timeout=90, idle=2.0)
     run.lost, run.reordered, run.duplicates = report.lost_count, report.reorder_count, report.duplicate_count
     measure_outage(run, writer, published(bootstrap, topic, len(writer.records)), killed_at, args.after)
+    taken: dict[int, float] = {}
+    for r in reapers:
+        if r is not victim:
+            for shard, at in r.takeovers(killed_at).items():
+                taken[shard] = min(at, taken.get(shard, at))
+    if all(s in taken for s in run.victim_shards):
+        run.reassigned_s = round(max(taken[s] - killed_at for s in run.victim_shards), 2)
+        run.after_reassignment_s = round(max(run.outage_s_by_shard.get(s, 0.0) - (taken[s] - killed_at)
+                                             for s in run.victim_shards), 2)
     drop(args.database, table)
     return run
 
@@ -441,11 +468,19 @@ def print_drain(runs: list[DrainRun]) -> None:
 def print_failover(runs: list[FailoverRun]) -> None:
     print("\nfailover: one of three processes stopped under a steady stream")
     print(f"{'signal':>7} {'shards':>6} {'victim shards':>13} {'victim outage s':>15} {'survivors max s':>15} "
-          f"{'keys paused':>11} {'p99 before ms':>13}  lost/reord/dup  outage by shard")
+          f"{'keys paused':>11} {'p99 before ms':>13} {'reassigned s':>12} {'then s':>6}  lost/reord/dup  "
+          "outage by shard")
     for r in runs:
         print(f"{r.signal:>7} {r.shards:>6} {','.join(map(str, r.victim_shards)):>13} {r.victim_max_delay_s:>15} "
-              f"{r.survivor_max_delay_s:>15} {r.keys_paused_share:>11.0%} {r.p99_before_ms:>13}  "
+              f"{r.survivor_max_delay_s:>15} {r.keys_paused_share:>11.0%} {r.p99_before_ms:>13} "
+              f"{_or_dash(r.reassigned_s):>12} {_or_dash(r.after_reassignment_s):>6}  "
               f"{r.lost}/{r.reordered}/{r.duplicates}  {r.outage_s_by_shard}")
+    print("reassigned: from the stop until the group gave the stopped process's shards to survivors (the "
+          "broker's detection and rebalance); then: the longest a record of those shards waited after that")
+
+
+def _or_dash(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
 
 
 def main(argv: list[str] | None = None) -> int:

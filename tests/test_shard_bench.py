@@ -25,3 +25,21 @@ def test_outage_is_the_longest_commit_to_publish_delay_per_shard():
     assert run.outage_s_by_shard[victim] == 12.0
     paused = {k for k in keys if shard_of(k, 6) == victim}
     assert run.keys_paused_share == round(len(paused) / len(keys), 3)
+
+
+def test_takeovers_are_read_from_a_reapers_log(tmp_path):
+    from datetime import datetime
+
+    from benchmarks.shard_bench import Reaper
+
+    log = tmp_path / "reaper.log"
+    log.write_text(
+        "2026-11-23 22:00:00,100 INFO    pyharvest.shards: shard 2 assigned (partition 2 of 'leader')\n"
+        "2026-11-23 22:00:09,250 INFO    pyharvest.shards: shard 4 assigned (partition 4 of 'leader')\n"
+        "2026-11-23 22:00:09,300 INFO    pyharvest.shards: shard 4 revoked; waiting for its in-flight records\n"
+        "2026-11-23 22:00:12,000 INFO    pyharvest.neli: acquired leader status (partition 0 of 'leader' assigned)\n"
+    )
+    reaper = Reaper.__new__(Reaper)
+    reaper.log_path = log
+    killed = datetime(2026, 11, 23, 22, 0, 5).timestamp()
+    assert reaper.takeovers(killed) == {4: killed + 4.25, 0: killed + 7.0}
