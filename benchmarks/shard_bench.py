@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -282,6 +283,7 @@ def run_drain(args: argparse.Namespace, bootstrap: str, workdir: Path, rnd: int,
     run.machine_busy = round(1 - (after.idle - before.idle) / total, 3) if total > 0 else 0.0
     report = verify_topic(bootstrap, topic, records, timeout=max(60, len(records) / 5000), idle=2.0)
     run.lost, run.reordered, run.duplicates = report.lost_count, report.reorder_count, report.duplicate_count
+    keep_loss(report, reapers, table, {})
     drop(args.database, table)
     return run
 
@@ -387,6 +389,7 @@ def run_failover(args: argparse.Namespace, bootstrap: str, workdir: Path, shards
     run.records = len(writer.records)
     report = verify_topic(bootstrap, topic, writer.records, timeout=90, idle=2.0)
     run.lost, run.reordered, run.duplicates = report.lost_count, report.reorder_count, report.duplicate_count
+    keep_loss(report, reapers, table, {"killed_at": killed_at, "victim_shards": run.victim_shards})
     measure_outage(run, writer, published(bootstrap, topic, len(writer.records)), killed_at, args.after)
     taken: dict[int, float] = {}
     for r in reapers:
@@ -399,6 +402,20 @@ def run_failover(args: argparse.Namespace, bootstrap: str, workdir: Path, shards
                                              for s in run.victim_shards), 2)
     drop(args.database, table)
     return run
+
+
+def keep_loss(report: Any, reapers: list[Reaper], table: str, context: dict[str, Any]) -> None:
+    """On a loss, keep what a diagnosis needs: which records, and the reapers' logs."""
+    if not report.lost_count:
+        return
+    kept = ROOT / "benchmarks" / "results" / f"lost-{table}"
+    kept.mkdir(parents=True, exist_ok=True)
+    for r in reapers:
+        shutil.copy(r.log_path, kept)
+    lost = {k: list(ids) for k, ids in report.lost.items()}
+    (kept / "lost.json").write_text(json.dumps({**context, "lost": lost}, default=str, indent=1))
+    print(f"LOST {report.lost_count} record(s), e.g. {dict(list(lost.items())[:5])}; logs kept in {kept}",
+          file=sys.stderr, flush=True)
 
 
 def measure_outage(run: FailoverRun, writer: SteadyWriter, messages: list[tuple[str, int, float]],
