@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import os
 import sys
+import tempfile
 import time
 import uuid
 
@@ -74,8 +75,9 @@ def main() -> None:
                                columns=["key", "value", "partition", "offset"])
         df = (spark.readStream.format("pyharvest.kafka").option("bootstrap.servers", bootstrap).option("topics", topic)
               .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(args.batch)).load())
+        checkpoint = stack.enter_context(tempfile.TemporaryDirectory(prefix="pyharvest-bench-"))
         t = time.perf_counter()
-        q = (df.writeStream.foreachBatch(sink).option("checkpointLocation", f"/tmp/pyharvest-bench-{topic}")
+        q = (df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
              .trigger(availableNow=True).start())
         q.awaitTermination()
         elapsed = time.perf_counter() - t
