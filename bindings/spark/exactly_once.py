@@ -188,7 +188,12 @@ class ExactlyOnceSink:
             df = df.select(*self.columns, *([IDENTITY_COLUMN] if self.dedupe else []))
         batch_time = datetime.now(UTC)
         # Each task applies its partition and commits (partition_apply); collect() returns once all have.
-        df.mapInArrow(TaskApply(self._tasks, query_id, batch_id, batch_time), APPLIED_SCHEMA).collect()
+        try:
+            df.mapInArrow(TaskApply(self._tasks, query_id, batch_id, batch_time), APPLIED_SCHEMA).collect()
+        except Exception:
+            log.warning("batch %d of query %s failed; partitions that committed stay applied and are not applied "
+                        "again when the batch is replayed", batch_id, query_id)
+            raise
         t = self._tables.tasks
         with db.engine.begin() as conn:
             conn.execute(sa.insert(b), {"query_id": query_id, "batch_id": batch_id, "applied_at": datetime.now(UTC)})

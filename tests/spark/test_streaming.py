@@ -203,3 +203,19 @@ def test_sink_without_pandas_says_what_to_install(monkeypatch) -> None:  # noqa:
     with pytest.raises(BindingError, match=r"mapInArrow, which needs pandas.*pyharvest\[spark\].*nothing was applied"):
         sink(object(), 0)
     assert sink.applied_batches == 0
+
+
+def test_a_failed_batch_says_what_stays_applied_and_records_nothing(spark, pg_table, caplog) -> None:  # noqa: ANN001
+    url, table = pg_table
+
+    def apply(conn, batch) -> None:  # noqa: ANN001
+        raise RuntimeError("injected failure in every attempt")
+
+    rows = [("t", 0, i, b"k", b"v", [(OUTBOX_HEADER, b"ob"), (RECORD_ID_HEADER, str(i).encode())], None)
+            for i in range(3)]
+    sink = ExactlyOnceSink(url, apply=apply, checkpoint_table=f"{table}_batches", query_id="q-fail")
+    with caplog.at_level("WARNING", logger="pyharvest.spark"), pytest.raises(Exception, match="injected failure"):
+        sink(spark.createDataFrame(rows, StructType.fromDDL(KAFKA_SCHEMA)), 0)
+    assert "batch 0 of query q-fail failed; partitions that committed stay applied" in caplog.text
+    assert sink.applied_batches == 0
+    assert _count(url, f"SELECT count(*) FROM {table}_batches") == (0,)
