@@ -1,6 +1,8 @@
-"""The failover benchmark's arithmetic: a shard's outage is its records' longest wait."""
+"""The benchmarks' own logic: a shard's outage is its records' longest wait; a read-back tells hidden from lost."""
 
 from __future__ import annotations
+
+import pytest
 
 from benchmarks.shard_bench import FailoverRun, SteadyWriter, measure_outage
 from pyharvest.core.shards import shard_of
@@ -43,3 +45,29 @@ def test_takeovers_are_read_from_a_reapers_log(tmp_path):
     reaper.log_path = log
     killed = datetime(2026, 11, 23, 22, 0, 5).timestamp()
     assert reaper.takeovers(killed) == {4: killed + 4.25, 0: killed + 7.0}
+
+
+@pytest.mark.kafka
+def test_a_read_back_tells_records_the_broker_hid_from_records_lost(kafka_bootstrap, topic_name):
+    """``benchmarks.topic_check``: a record never written stays lost after the write to every
+    partition, and the markers written then count as nothing of the run's."""
+    from confluent_kafka import Producer
+
+    from benchmarks.topic_check import NUDGE_KEY, read_back
+    from tests.kafka_tools import create_topic
+
+    create_topic(kafka_bootstrap, topic_name, 3)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    written = [(f"k{i % 5}", str(i).encode()) for i in range(50)]
+    for key, value in written:
+        producer.produce(topic_name, value, key)
+    assert producer.flush(15) == 0
+    never_written = ("k0", b"never")
+
+    report, hidden = read_back(kafka_bootstrap, topic_name, [*written, never_written], timeout=8, idle=1.0)
+
+    assert hidden == 0
+    assert dict(report.lost) == {"k0": (b"never",)}
+    assert report.reorder_count == 0
+    assert report.unexpected_count == 3  # one marker per partition, keyed NUDGE_KEY
+    assert NUDGE_KEY not in {k for k, _ in written}

@@ -1,0 +1,53 @@
+"""Reading a benchmark's topic back, telling records the broker lost from records it hid.
+
+The embedded broker (Tansu 0.6) can acknowledge messages at offsets above its partition's high
+watermark when produce requests are retried, and it serves nothing above the high watermark
+until that partition is written again (``python -m benchmarks.broker_acks`` shows it with no
+harvester involved). A read to the end then misses the partition's last records, though the
+broker has them. So when a read-back finds records missing, this writes one marker message
+to every partition and reads again: what turns up then was hidden, what does not was lost.
+The markers have their own key, so the second read counts them as unexpected, never as
+records of the run.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+from pyharvest.verify import verify_topic
+
+__all__ = ["NUDGE_KEY", "read_back"]
+
+NUDGE_KEY = "pyharvest-bench-nudge"
+
+
+def read_back(bootstrap: str, topic: str, expected: Iterable[Any], *, timeout: float, idle: float = 2.0
+              ) -> tuple[Any, int]:
+    """:func:`~pyharvest.verify.verify_topic` of ``topic``, and how many of the records it
+    first reported lost the broker was only hiding (0 when nothing was missing)."""
+    expected = list(expected)
+    report = verify_topic(bootstrap, topic, expected, timeout=timeout, idle=idle)
+    if not report.lost_count:
+        return report, 0
+    first = report.lost_count
+    nudge(bootstrap, topic)
+    report = verify_topic(bootstrap, topic, expected, timeout=timeout, idle=idle)
+    hidden = first - report.lost_count
+    print(f"read-back of {topic}: {first} record(s) missing; after a write to every partition "
+          f"{hidden} turned up (hidden by the broker above its high watermark), {report.lost_count} lost",
+          file=sys.stderr, flush=True)
+    return report, hidden
+
+
+def nudge(bootstrap: str, topic: str) -> None:
+    """Write one marker message to each partition of ``topic``."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap})
+    partitions = producer.list_topics(topic, timeout=10).topics[topic].partitions
+    for p in partitions:
+        producer.produce(topic, b"", NUDGE_KEY, p)
+    if producer.flush(15):
+        raise RuntimeError(f"could not write the markers to {topic!r} within 15 s")
