@@ -25,10 +25,10 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
+from benchmarks.topic_check import read_back
 from pyharvest import Config, Harvest, Limits, OutboxRecord, stasher
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.events import LeaderAcquired, LeaderFenced, LeaderRefreshed
-from pyharvest.verify import verify_topic
 from tests.faults.kafka import proxied_broker
 from tests.faults.proxy import FaultProxy, _Conn
 from tests.kafka_tools import create_topic
@@ -114,7 +114,7 @@ def wait_until(cond, timeout: float, what: str) -> None:
 
 
 def check_topic(bootstrap: str, topic: str, expected) -> None:
-    report = verify_topic(bootstrap, topic, expected, timeout=60)
+    report, _hidden = read_back(bootstrap, topic, expected, timeout=60)
     print(report)
     assert report.ok, str(report)
 

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from pyharvest import Config, Limits, LeaderAcquired, ShardedHarvest
+from pyharvest import Config, LeaderAcquired, Limits, ShardedHarvest
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.shards import shard_of
 from tests.kafka_tools import create_topic, read_topic, values_per_key
@@ -117,9 +117,9 @@ def test_changing_the_number_of_shards_keeps_order(kafka_config, kafka_bootstrap
             wait_empty(database_url, table_name)
     finally:
         writer._stop.set()
-    from pyharvest.verify import verify_topic
+    from benchmarks.topic_check import read_back
 
-    report = verify_topic(kafka_bootstrap, topic_name, writer.expected, timeout=90)
+    report, _hidden = read_back(kafka_bootstrap, topic_name, writer.expected, timeout=90)
     assert report.lost_count == 0 and report.reorder_count == 0, report
 
 
