@@ -72,3 +72,21 @@ def test_a_read_back_tells_records_the_broker_hid_from_records_lost(kafka_bootst
     assert report.unexpected_count == 0 and report.duplicate_count == 0
     assert report.expected_count == 51 and report.received_count == 50
     assert NUDGE_KEY not in report.lost
+
+
+@pytest.mark.kafka
+def test_the_broker_acknowledgement_check_runs_and_reads_everything_back(tmp_path):
+    """``benchmarks/broker_acks.py`` at toy size, on an embedded broker of its own that it
+    pauses once: every acknowledged message is read back (after a write, if the broker hid some)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.broker_acks", "--producers", "2", "--messages", "3000",
+         "--replacements", "1", "--pauses", "1", "--pause-seconds", "0.5", "--read-timeout", "30"],
+        cwd=root, capture_output=True, text=True, timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "round 1: 6,000 acknowledged" in proc.stdout, proc.stdout
