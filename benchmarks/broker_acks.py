@@ -38,6 +38,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from benchmarks.topic_check import NUDGE_KEY, nudge
+
 PARTITIONS = 8
 
 
@@ -110,7 +112,7 @@ def read(bootstrap: str, topic: str, want: set[str], timeout: float, group: str)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not want <= seen.keys():
             for m in consumer.consume(1000, 0.5):
-                if m.error() is None and m.key() != b"nudge":
+                if m.error() is None and m.key() != NUDGE_KEY.encode():
                     seen[m.value().decode()] = (m.partition(), m.offset())
     finally:
         consumer.close()
@@ -118,7 +120,6 @@ def read(bootstrap: str, topic: str, want: set[str], timeout: float, group: str)
 
 
 def run_round(args: argparse.Namespace, bootstrap: str, pause_pid: int | None, workdir: Path) -> dict[str, Any]:
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     topic = f"acks-{uuid.uuid4().hex[:8]}"
@@ -163,10 +164,7 @@ def run_round(args: argparse.Namespace, bootstrap: str, pause_pid: int | None, w
                 top = max(o for pp, o, _ in acked if pp == p)
                 result["missing_by_partition"][p] = f"{len(offsets)} at acknowledged offsets " \
                                                     f"{min(offsets)}..{max(offsets)} (highest acknowledged {top})"
-        producer = Producer({"bootstrap.servers": bootstrap})
-        for p in range(PARTITIONS):
-            producer.produce(topic, b"", b"nudge", p)
-        producer.flush(15)
+        nudge(bootstrap, topic)
         again = read(bootstrap, topic, want, args.read_timeout, f"acks-{uuid.uuid4().hex[:6]}")
         result["after_a_write"] = len(missing - again.keys())
         result["new_reader"] = len(missing & again.keys())

@@ -21,7 +21,7 @@ from typing import Any
 from pyharvest.verify import verify_topic
 from pyharvest.verify.report import VerifyReport
 
-__all__ = ["NUDGE_KEY", "read_back"]
+__all__ = ["NUDGE_KEY", "nudge", "read_back"]
 
 NUDGE_KEY = "pyharvest-bench-nudge"
 
