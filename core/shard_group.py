@@ -29,13 +29,31 @@ from pyharvest.core.errors import TopicError
 from pyharvest.core.kafka import KafkaClients, KafkaConfigMap, LeaderConsumer, Producer
 from pyharvest.core.neli import Heartbeats, LeaderStatus, leader_client_configs
 
-__all__ = ["ShardConsumer", "ShardGroup", "ShardLease"]
+__all__ = ["ShardConsumer", "ShardGroup", "ShardLease", "shard_client_configs"]
 
 log = logging.getLogger("pyharvest.shards")
 
 StatusHandler = Callable[[LeaderStatus], None]
 
 REBALANCE_TIMEOUT_MS = 30_000
+
+
+def shard_client_configs(
+    config: KafkaConfigMap, group_id: str, heartbeat_timeout: float
+) -> tuple[dict[str, object], dict[str, object]]:
+    """The sharded leader group's consumer configuration, and its heartbeat producer's: those
+    of :func:`~pyharvest.core.neli.leader_client_configs`, with incremental rebalancing."""
+    consumer, producer = leader_client_configs(config, group_id, heartbeat_timeout)
+    consumer.update({
+        # Incremental: a member joining or leaving moves only the shards that change owner.
+        "partition.assignment.strategy": "cooperative-sticky",
+        # Also the rebalance timeout: how long a rebalance waits for a member that does not
+        # rejoin. librdkafka's 5 minutes left shards unowned that long after members left
+        # mid-rebalance (seen on the embedded broker); the group thread polls every
+        # minPollInterval, and a revocation waits at most for the in-flight records.
+        "max.poll.interval.ms": max(int(consumer["session.timeout.ms"]), REBALANCE_TIMEOUT_MS),  # type: ignore[call-overload]
+    })
+    return consumer, producer
 
 
 class ShardConsumer(LeaderConsumer, Protocol):
@@ -176,16 +194,7 @@ class ShardGroup:
                 )
                 + "; see 'Changing the number of shards' in the docs"
             )
-        consumer_cfg, producer_cfg = leader_client_configs(cfg, self.group_id, self._heartbeat_timeout)
-        consumer_cfg.update({
-            # Incremental: a member joining or leaving moves only the shards that change owner.
-            "partition.assignment.strategy": "cooperative-sticky",
-            # Also the rebalance timeout: how long a rebalance waits for a member that does not
-            # rejoin. librdkafka's 5 minutes left shards unowned that long after members left
-            # mid-rebalance (seen on the embedded broker); the group thread polls every
-            # minPollInterval, and a revocation waits at most for the in-flight records.
-            "max.poll.interval.ms": max(int(consumer_cfg["session.timeout.ms"]), REBALANCE_TIMEOUT_MS),  # type: ignore[call-overload]
-        })
+        consumer_cfg, producer_cfg = shard_client_configs(cfg, self.group_id, self._heartbeat_timeout)
         consumer = self._clients.leader_consumer(consumer_cfg)
         if not hasattr(consumer, "poll_partitions"):
             consumer.close()

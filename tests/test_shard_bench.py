@@ -90,3 +90,28 @@ def test_the_broker_acknowledgement_check_runs_and_reads_everything_back(tmp_pat
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "round 1: 6,000 acknowledged" in proc.stdout, proc.stdout
+
+
+@pytest.mark.kafka
+def test_the_group_handover_check_hands_a_stopped_members_partitions_to_the_others(kafka_bootstrap, tmp_path):
+    """``benchmarks/group_handover.py`` at toy size, with the leader group's own consumer
+    settings: after a SIGTERM and after a SIGKILL, the other members own every partition, and
+    incremental rebalancing left them their own throughout. No timing is asserted."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "handover.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.group_handover", "--bootstrap", kafka_bootstrap, "--rounds", "1",
+         "--heartbeat-timeout", "2", "--json", str(out)],
+        cwd=root, capture_output=True, text=True, timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    runs = json.loads(out.read_text())
+    assert [r["signal"] for r in runs] == ["SIGTERM", "SIGKILL"]
+    for r in runs:
+        assert r["session_s"] == 6.0 and r["victim_partitions"], r
+        assert r["handover_s"] is not None and r["survivors_kept_theirs"], r
