@@ -7,9 +7,14 @@
 
 ``drain`` runs 1, 2 and 3 ``reaper`` processes (shards 1, 4 and 6) over the same backlog, with
 the database reached directly and then through the loopback fault proxy adding about 1 ms of
-round-trip latency. The configurations are interleaved round by round, so each round's speed-up
-compares runs minutes apart, not hours. The backlog is stashed in one transaction while the
-reapers already lead, so the timed part starts at its commit and ends when the outbox is empty.
+round-trip latency. The configurations are interleaved round by round (in reverse order every
+other round), so each round's speed-up compares runs minutes apart, not hours; each run has an
+embedded broker of its own unless ``--bootstrap`` names one. The backlog is stashed in one
+transaction while the reapers already lead, so the timed part starts at its commit and ends
+when the outbox is empty.
+Each layout drains two backlogs: over 1,000 keys (200 records a key) and over 100,000 (2 a
+key). A shard has at most one record of a key in flight, so few keys per shard means small
+purges and produce requests, and the first backlog shows what that costs sharding.
 
 ``failover`` runs three processes under a steady stream, then SIGKILLs (and, in a separate run,
 SIGTERMs) one that leads something, with shards 1 (the single-leader design) and shards 6. From
@@ -23,6 +28,7 @@ default limits.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -36,6 +42,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -67,6 +74,7 @@ class DrainRun:
     shards: int
     added_rtt_ms: float
     records: int
+    keys: int
     seconds: float = 0.0
     records_per_second: float = 0.0
     reaper_cpu_us_per_record: float = 0.0
@@ -212,6 +220,20 @@ def wait_balanced(reapers: list[Reaper], shards: int, timeout: float = 120) -> N
     raise RuntimeError(f"shards not balanced within {timeout}s: {[sorted(r.owned(shards)) for r in reapers]}")
 
 
+@contextlib.contextmanager
+def broker_for_run(args: argparse.Namespace) -> Iterator[str]:
+    """The broker of one run: ``--bootstrap``, or a fresh embedded broker. A long benchmark on
+    one embedded broker saw its CPU per record grow run after run (the single leader's drain:
+    2.3 us a record at first, 3.8 after 13 minutes), which would favour whatever ran first."""
+    if args.bootstrap:
+        yield args.bootstrap
+        return
+    from pyharvest.bindings.kafka.embedded import EmbeddedBroker
+
+    with EmbeddedBroker() as broker:
+        yield broker.bootstrap_servers
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int = 10) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -239,14 +261,14 @@ def backlog(n: int, keys: int) -> list[tuple[str, bytes]]:
 
 
 def run_drain(args: argparse.Namespace, bootstrap: str, workdir: Path, rnd: int, processes: int, shards: int,
-              rtt_ms: float) -> DrainRun:
+              rtt_ms: float, keys: int) -> DrainRun:
     from tests.faults.proxy import FaultProxy
 
-    run = DrainRun(rnd, processes, shards, rtt_ms, args.records)
+    run = DrainRun(rnd, processes, shards, rtt_ms, args.records, keys)
     table, topic = f"sbench_{uuid.uuid4().hex[:8]}", f"sbench-{uuid.uuid4().hex[:8]}"
     create_outbox_table(args.database, table, shards=shards)
     create_topic(bootstrap, topic)
-    records = backlog(args.records, args.keys)
+    records = backlog(args.records, keys)
     db = sa.make_url(args.database)
     proxy = FaultProxy(upstream=(db.host or "127.0.0.1", db.port or 5432)) if rtt_ms else None
     reapers: list[Reaper] = []
@@ -291,16 +313,21 @@ def run_drain(args: argparse.Namespace, bootstrap: str, workdir: Path, rnd: int,
     return run
 
 
-def drain(args: argparse.Namespace, bootstrap: str, workdir: Path) -> list[DrainRun]:
+def drain(args: argparse.Namespace, workdir: Path) -> list[DrainRun]:
     rtts = [0.0] + ([args.latency_ms] if args.latency_ms and not args.database.startswith("sqlite") else [])
     runs: list[DrainRun] = []
     for rnd in range(1, args.rounds + 1):
+        # Every other round in reverse: what drifts over a run (the machine, the embedded
+        # broker's cost per record) must not favour the layouts that run first.
+        layouts = args.layouts if rnd % 2 else tuple(reversed(args.layouts))
         for rtt in rtts:
-            for processes, shards in args.layouts:
-                print(f"drain round {rnd}: {processes} process(es), {shards} shard(s), +{rtt:g} ms",
-                      file=sys.stderr, flush=True)
-                runs.append(run_drain(args, bootstrap, workdir, rnd, processes, shards, rtt))
-                print(f"  {runs[-1].records_per_second:,.0f} records/s", file=sys.stderr, flush=True)
+            for keys in args.drain_keys:
+                for processes, shards in layouts:
+                    print(f"drain round {rnd}: {processes} process(es), {shards} shard(s), +{rtt:g} ms, "
+                          f"{keys:,} keys", file=sys.stderr, flush=True)
+                    with broker_for_run(args) as bootstrap:
+                        runs.append(run_drain(args, bootstrap, workdir, rnd, processes, shards, rtt, keys))
+                    print(f"  {runs[-1].records_per_second:,.0f} records/s", file=sys.stderr, flush=True)
     return runs
 
 
@@ -450,12 +477,13 @@ def measure_outage(run: FailoverRun, writer: SteadyWriter, messages: list[tuple[
         run.p99_before_ms = round(1000 * statistics.quantiles(before, n=100)[98], 1) if len(before) > 1 else 0.0
 
 
-def failover(args: argparse.Namespace, bootstrap: str, workdir: Path) -> list[FailoverRun]:
+def failover(args: argparse.Namespace, workdir: Path) -> list[FailoverRun]:
     runs = []
     for sig in args.signals.split(","):
         for shards in map(int, args.shards.split(",")):
             print(f"failover: {sig}, shards {shards}", file=sys.stderr, flush=True)
-            runs.append(run_failover(args, bootstrap, workdir, shards, sig))
+            with broker_for_run(args) as bootstrap:
+                runs.append(run_failover(args, bootstrap, workdir, shards, sig))
     return runs
 
 
@@ -463,27 +491,32 @@ def failover(args: argparse.Namespace, bootstrap: str, workdir: Path) -> list[Fa
 
 
 def print_drain(runs: list[DrainRun]) -> None:
-    print("\ndrain: records/s (speed-up over 1 process in the same round)")
-    print(f"{'round':>5} {'+RTT ms':>7} {'1 proc, 1 shard':>18} {'2 procs, 4 shards':>20} "
-          f"{'3 procs, 6 shards':>20}  lost/reord/dup  reapers' CPU us/record")
-    rows: dict[tuple[int, float], dict[int, DrainRun]] = defaultdict(dict)
+    layouts = list(dict.fromkeys((r.processes, r.shards) for r in runs))
+    names = [f"{p} proc{'s' if p > 1 else ''}, {s} shard{'s' if s > 1 else ''}" for p, s in layouts]
+    print(f"\ndrain: records/s (speed-up over {names[0]} in the same round)")
+    print(f"{'round':>5} {'+RTT ms':>7} {'keys':>8} " + " ".join(f"{n:>20}" for n in names)
+          + "  lost/reord/dup  reapers' CPU us/record")
+    rows: dict[tuple[int, float, int], dict[tuple[int, int], DrainRun]] = defaultdict(dict)
     for r in runs:
-        rows[(r.round, r.added_rtt_ms)][r.processes] = r
-    for (rnd, rtt), by in sorted(rows.items()):
-        one = by.get(1)
+        rows[(r.round, r.added_rtt_ms, r.keys)][(r.processes, r.shards)] = r
+    for (rnd, rtt, keys), by in sorted(rows.items()):
+        first = by.get(layouts[0])
         cells = []
-        for p in (1, 2, 3):
-            r = by.get(p)  # one layout per process count
-            ratio = f" ({r.records_per_second / one.records_per_second:.2f}x)" if r and one and p > 1 else ""
+        for layout in layouts:
+            r = by.get(layout)
+            ratio = (f" ({r.records_per_second / first.records_per_second:.2f}x)"
+                     if r and first and layout != layouts[0] else "")
             cells.append(f"{r.records_per_second:,.0f}{ratio}" if r else "-")
         bad = "/".join(str(sum(getattr(r, a) for r in by.values())) for a in ("lost", "reordered", "duplicates"))
-        cpu = " ".join(f"{by[p].reaper_cpu_us_per_record:g}" if p in by else "-" for p in (1, 2, 3))
-        print(f"{rnd:>5} {rtt:>7g} {cells[0]:>18} {cells[1]:>20} {cells[2]:>20}  {bad:>14}  {cpu}")
+        cpu = " ".join(f"{by[x].reaper_cpu_us_per_record:g}" if x in by else "-" for x in layouts)
+        print(f"{rnd:>5} {rtt:>7g} {keys:>8,} " + " ".join(f"{c:>20}" for c in cells) + f"  {bad:>14}  {cpu}")
     print("\nwhere the CPU went: us/record for reapers / database / broker, and the machine's busy share")
-    for r in sorted(runs, key=lambda r: (r.round, r.added_rtt_ms, r.processes)):
-        print(f"  round {r.round} +{r.added_rtt_ms:g} ms, {r.processes} proc(s): {r.reaper_cpu_us_per_record:g} / "
-              f"{r.database_cpu_us_per_record:g} / {r.broker_cpu_us_per_record:g} us, busy {r.machine_busy:.0%}")
-    _print_hidden([(f"round {r.round} +{r.added_rtt_ms:g} ms, {r.processes} proc(s)", r.hidden) for r in runs])
+    for r in sorted(runs, key=lambda r: (r.round, r.added_rtt_ms, r.keys, r.processes, r.shards)):
+        print(f"  round {r.round} +{r.added_rtt_ms:g} ms, {r.keys:,} keys, {r.processes}x{r.shards}: "
+              f"{r.reaper_cpu_us_per_record:g} / {r.database_cpu_us_per_record:g} / {r.broker_cpu_us_per_record:g} us, "
+              f"busy {r.machine_busy:.0%}")
+    _print_hidden([(f"round {r.round} +{r.added_rtt_ms:g} ms, {r.keys:,} keys, {r.processes}x{r.shards}", r.hidden)
+                   for r in runs])
 
 
 def print_failover(runs: list[FailoverRun]) -> None:
@@ -518,7 +551,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bootstrap", default="", help="a broker to use instead of the embedded one")
     p.add_argument("--scenarios", default="drain,failover")
     p.add_argument("--records", type=int, default=200_000, help="drain backlog")
-    p.add_argument("--keys", type=int, default=1_000)
+    p.add_argument("--keys", type=int, default=1_000, help="failover stream's keys")
+    p.add_argument("--drain-keys", type=_counts, default=(1_000, 100_000),
+                   help="drain backlogs' distinct keys, each its own runs (default 1000,100000: 200 records a "
+                        "key, and 2); a shard has at most one record of a key in flight")
     p.add_argument("--rounds", type=int, default=1, help="drain rounds, interleaved")
     p.add_argument("--latency-ms", type=float, default=1.0, help="added database round trip (0: none)")
     p.add_argument("--rate", type=int, default=2_000, help="failover stream, records/s")
@@ -533,17 +569,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.records, args.rate, args.warmup, args.after = 3_000, 300, 2.0, 8.0
-    from pyharvest.bindings.kafka.embedded import EmbeddedBroker
-
+        args.drain_keys = args.drain_keys[:1]
     results: dict[str, list[Any]] = {}
-    with tempfile.TemporaryDirectory(prefix="shardbench-") as tmp, \
-            (EmbeddedBroker() if not args.bootstrap else _Null()) as broker:
-        bootstrap = args.bootstrap or broker.bootstrap_servers  # type: ignore[union-attr]
+    with tempfile.TemporaryDirectory(prefix="shardbench-") as tmp:
         workdir = Path(tmp)
         if "drain" in args.scenarios:
-            results["drain"] = drain(args, bootstrap, workdir)
+            results["drain"] = drain(args, workdir)
         if "failover" in args.scenarios:
-            results["failover"] = failover(args, bootstrap, workdir)
+            results["failover"] = failover(args, workdir)
     if "drain" in results:
         print_drain(results["drain"])
     if "failover" in results:
@@ -563,14 +596,14 @@ def _layouts(text: str) -> tuple[tuple[int, int], ...]:
         raise argparse.ArgumentTypeError(f"expected PROCESSESxSHARDS[,...], e.g. 1x1,2x4; got {text!r}") from None
 
 
-class _Null:
-    bootstrap_servers = ""
-
-    def __enter__(self) -> _Null:
-        return self
-
-    def __exit__(self, *a: object) -> None:
-        pass
+def _counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(one) for one in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive whole numbers, e.g. 1000,100000; got {text!r}")
+    return counts
 
 
 if __name__ == "__main__":

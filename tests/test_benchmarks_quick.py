@@ -49,7 +49,8 @@ def test_shard_drain_runs_and_verifies(dialect, database_url, kafka_bootstrap, t
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     runs = json.loads(out.read_text())["drain"]
-    assert [(r["processes"], r["shards"], r["added_rtt_ms"]) for r in runs] == [(1, 1, 0), (2, 4, 0), (1, 1, 1), (2, 4, 1)]
+    assert [(r["processes"], r["shards"], r["added_rtt_ms"], r["keys"]) for r in runs] == [
+        (1, 1, 0, 1000), (2, 4, 0, 1000), (1, 1, 1, 1000), (2, 4, 1, 1000)]
     for r in runs:
         assert r["lost"] == 0 and r["reordered"] == 0 and r["records_per_second"] > 0, r
 
