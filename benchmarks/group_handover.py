@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -55,10 +56,11 @@ def member(config: dict[str, Any], topic: str) -> None:
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    parent = os.getppid()
     consumer = Consumer(config)
     consumer.subscribe([topic], on_assign=lambda c, ps: report("assigned", ps),
                        on_revoke=lambda c, ps: report("revoked", ps), on_lost=lambda c, ps: report("revoked", ps))
-    while not stop.is_set():
+    while not stop.is_set() and os.getppid() == parent:  # not outliving a benchmark that was killed
         consumer.poll(0.1)
     consumer.close()  # leaves the group: the others' rebalance starts at once
 
@@ -95,6 +97,11 @@ class Members:
                 else:
                     self.owned[name] -= parts
                 self.events.append((ev["t"], name, ev["event"], ev["partitions"]))
+
+    def changes_since(self, since: float) -> list[tuple[float, str, str, list[int]]]:
+        """(time, member, "assigned" or "revoked", partitions) of every change from ``since``."""
+        with self._lock:
+            return [e for e in self.events if e[0] >= since]
 
     def snapshot(self) -> dict[str, set[int]]:
         with self._lock:
@@ -155,13 +162,12 @@ def run_once(bootstrap: str, sig: str, members: int, partitions: int, heartbeat_
             return set().union(*(v for k, v in owned.items() if k != victim)) == everyone
 
         if _wait("handover", handed_over, result.session_s + 120):
-            with group._lock:
-                after = [t for t, who, ev, parts in group.events
-                         if t >= stopped and who != victim and ev == "assigned"]
-                revoked = [1 for t, who, ev, parts in group.events
-                           if t >= stopped and who != victim and ev == "revoked" and set(parts) & before[who]]
-            result.handover_s = round(max(after) - stopped, 2) if after else 0.0
-            result.survivors_kept_theirs = not revoked
+            changes = [c for c in group.changes_since(stopped) if c[1] != victim]
+            assigned = [t for t, _, event, _ in changes if event == "assigned"]
+            result.handover_s = round(max(assigned) - stopped, 2) if assigned else 0.0
+            result.survivors_kept_theirs = not any(
+                event == "revoked" and set(parts) & before[who] for _, who, event, parts in changes
+            )
     finally:
         group.stop_all()
         admin.delete_topics([topic])
