@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from benchmarks.tests_support import create_topic
 from pyharvest.core.shard_group import shard_client_configs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,11 +132,8 @@ def _wait(what: str, done: Any, timeout: float) -> bool:
 
 def run_once(bootstrap: str, sig: str, members: int, partitions: int, heartbeat_timeout: float,
              kafka_config: dict[str, Any]) -> Handover:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     topic = f"handover-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap, **kafka_config})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    create_topic(bootstrap, topic, partitions)
     config, _ = shard_client_configs({"bootstrap.servers": bootstrap, **kafka_config}, f"g-{topic}", heartbeat_timeout)
     result = Handover(sig, int(config["session.timeout.ms"]) / 1000, members, partitions, [])  # type: ignore[call-overload]
     group = Members()
@@ -170,7 +168,6 @@ def run_once(bootstrap: str, sig: str, members: int, partitions: int, heartbeat_
             )
     finally:
         group.stop_all()
-        admin.delete_topics([topic])
     return result
 
 

@@ -55,10 +55,12 @@ from pyharvest import OutboxRecord, stasher
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.shards import shard_of
 
+from benchmarks.tests_support import create_topic
 from benchmarks.topic_check import NUDGE_KEY, read_back
 
 DEFAULT_DATABASE = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 LAYOUTS = ((1, 1), (2, 4), (3, 6))  # (processes, shards)
+TOPIC_PARTITIONS = 10
 _SHARD_EVENT = re.compile(r"shard (\d+) (assigned|revoked)")
 # A survivor taking a shard over, as its log says (the CLI's format: local time, milliseconds).
 _TAKEOVER = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?"
@@ -234,13 +236,6 @@ def broker_for_run(args: argparse.Namespace) -> Iterator[str]:
         yield broker.bootstrap_servers
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int = 10) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions)])[topic].result(15)
-
-
 def through_proxy(url: str, proxy: Any) -> str:
     host, port = proxy.address
     return sa.make_url(url).set(host=host, port=port).render_as_string(hide_password=False)
@@ -267,7 +262,7 @@ def run_drain(args: argparse.Namespace, bootstrap: str, workdir: Path, rnd: int,
     run = DrainRun(rnd, processes, shards, rtt_ms, args.records, keys)
     table, topic = f"sbench_{uuid.uuid4().hex[:8]}", f"sbench-{uuid.uuid4().hex[:8]}"
     create_outbox_table(args.database, table, shards=shards)
-    create_topic(bootstrap, topic)
+    create_topic(bootstrap, topic, TOPIC_PARTITIONS)
     records = backlog(args.records, keys)
     db = sa.make_url(args.database)
     proxy = FaultProxy(upstream=(db.host or "127.0.0.1", db.port or 5432)) if rtt_ms else None
@@ -389,7 +384,7 @@ def run_failover(args: argparse.Namespace, bootstrap: str, workdir: Path, shards
     run = FailoverRun(shards, sig)
     table, topic = f"sbench_{uuid.uuid4().hex[:8]}", f"sbench-{uuid.uuid4().hex[:8]}"
     create_outbox_table(args.database, table, shards=shards)
-    create_topic(bootstrap, topic)
+    create_topic(bootstrap, topic, TOPIC_PARTITIONS)
     reapers = start_reapers(workdir, 3, shards, bootstrap, args.database, table, args.kafka_config)
     writer = SteadyWriter(args.database, table, topic, args.rate, args.keys)
     engine = sa.create_engine(args.database)
