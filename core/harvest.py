@@ -232,9 +232,11 @@ class HarvestEngine(Lifecycle):
             self._emit(LeaderAcquired(leader_id, self.shard))
         elif status is LeaderStatus.FENCED:
             # Tell the application at once: another leader may be starting. Publication
-            # stops now; in-flight records are then given their delivery timeout.
+            # stops now, and the producer gives up on what it still holds: a request it
+            # retried after the partition healed would land behind the successor's records.
             self._step_down()
             self._emit(LeaderFenced(self.shard))
+            self._sender.abandon()
             self._quiesce("leadership fenced")
         else:
             # A revocation waits for in-flight records before the handler runs: the next

@@ -80,6 +80,15 @@ class Producer(Protocol):
         """Wait for every queued message's delivery report; return how many are still pending."""
         ...
 
+    def abandon(self) -> None:
+        """Give up on every queued and in-flight message: each gets a failed, retriable
+        delivery report, and none is sent, or sent again, after this returns.
+
+        A fenced leader calls it. Its successor may be publishing the same keys soon after;
+        a request the producer still held (say, to retry it once a partition heals) would
+        land after the successor's records and break their order."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -93,6 +93,14 @@ class Sender:
             except Exception as e:  # noqa: BLE001 - it is being discarded anyway
                 log.debug("closing the broken producer: %s", one_line(e))
 
+    def abandon(self) -> None:
+        """The leader was fenced: nothing it handed to the producer may reach Kafka from now
+        on (see :meth:`~pyharvest.core.kafka.Producer.abandon`); the failed reports reset the
+        rows, which its successor will have remarked anyway."""
+        producer = self.producer
+        if producer is not None:
+            producer.abandon()
+
     def detach(self) -> Producer | None:
         """Take the producer away for closing; the delivery thread stops at its next turn."""
         producer, self.producer = self.producer, None

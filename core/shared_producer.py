@@ -119,6 +119,12 @@ class ProducerHandle:
     def flush(self, timeout: float) -> int:
         return self._producer.flush(timeout)
 
+    def abandon(self) -> None:
+        # The producer is shared: the other shards' messages are abandoned too. Their
+        # engines see retriable failures, reset and remark them, as after a network error;
+        # a fence usually means the whole process is cut off, its other shards fencing too.
+        self._producer.abandon()
+
     def close(self) -> None:
         self._owner._release(self)
 

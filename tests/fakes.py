@@ -130,6 +130,7 @@ class FakeCluster:
         self.max_in_flight = 0
         self.max_in_flight_per_key = 0
         self.pending: list[Sent] = []
+        self.abandoned: list[Sent] = []  # given up by the producer: failed at the next poll
         self.hold = False  # True keeps deliveries pending until released
         self.consumers: list[FakeLeaderConsumer] = []
         self.topics: set[str] = set()
@@ -156,13 +157,20 @@ class FakeProducer:
     def poll(self, timeout: float) -> int:
         c = self.c
         with c.lock:
+            purged, c.abandoned = c.abandoned, []
+        for s in purged:
+            with c.lock:
+                c.in_flight_by_key[s.key] -= 1
+            s.callback(DeliveryError("_PURGE_INFLIGHT", "Local: Purged in flight"))
+        with c.lock:
             if c.hold or not c.pending:
                 batch = []
             else:
                 batch, c.pending = c.pending, []
         if not batch:
-            threading.Event().wait(min(timeout, 0.002))
-            return 0
+            if not purged:
+                threading.Event().wait(min(timeout, 0.002))
+            return len(purged)
         for s in batch:
             err = c.fail(s)
             with c.lock:
@@ -170,11 +178,18 @@ class FakeProducer:
                 if err is None:
                     c.logs[s.topic].append((s.key, s.value))
             s.callback(err)
-        return len(batch)
+        return len(purged) + len(batch)
 
     def flush(self, timeout: float) -> int:
         self.poll(0)
         return len(self.c.pending)
+
+    def abandon(self) -> None:
+        # As librdkafka's purge: every pending message fails, reported by the next poll.
+        c = self.c
+        with c.lock:
+            c.abandoned.extend(c.pending)
+            c.pending = []
 
     def close(self) -> None:
         pass

@@ -54,6 +54,9 @@ class Producer:
     def flush(self, timeout: float) -> int:
         return 0
 
+    def abandon(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 

@@ -7,6 +7,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -124,6 +125,13 @@ class ConfluentProducer:
     def flush(self, timeout: float) -> int:
         return int(self._producer.flush(timeout))
 
+    def abandon(self) -> None:
+        # librdkafka would otherwise retry an unanswered produce request on a new connection
+        # once the broker is reachable again (an idempotent producer keeps its sequence), long
+        # after a successor took over: Apache Kafka appends it. Purged messages get
+        # _PURGE_QUEUE / _PURGE_INFLIGHT reports (retriable), served by the next poll.
+        self._producer.purge(in_queue=True, in_flight=True, blocking=False)
+
     def close(self) -> None:
         # Deliberately no flush: the engine decides how long to wait for in-flight records.
         self._producer.poll(0)
@@ -137,6 +145,12 @@ class ConfluentLeaderConsumer:
         cfg["stats_cb"] = self._on_stats
         cfg["error_cb"] = self._on_error
         self.connected: bool | None = None
+        # A connection that is up but has not answered a waiting request for this long counts
+        # as down: a frozen or overloaded broker keeps its sockets open, and librdkafka only
+        # times the requests out after socket.timeout.ms (60 s). The group's session timeout
+        # is three heartbeat timeouts, so this is the heartbeat timeout that fences a leader.
+        session_ms = int(cfg.get("session.timeout.ms", 45_000))  # type: ignore[call-overload]
+        self._answer_within_us = max(1_000_000, session_ms * 1000 // 3)
         try:
             self._consumer = Consumer(cfg)
         except KafkaException as e:
@@ -148,7 +162,17 @@ class ConfluentLeaderConsumer:
             brokers = json.loads(stats_json).get("brokers", {})
         except ValueError:
             return
-        self.connected = any(b.get("state") == "UP" for b in brokers.values() if b.get("nodeid", -1) >= 0)
+        self.connected = any(self._answering(b) for b in brokers.values() if b.get("nodeid", -1) >= 0)
+
+    def _answering(self, broker: dict[str, Any]) -> bool:
+        """Up, and either nothing awaits its answer or it answered recently (rxidle: the
+        microseconds since it last sent anything, -1 if never)."""
+        if broker.get("state") != "UP":
+            return False
+        if not broker.get("waitresp_cnt"):
+            return True
+        idle = broker.get("rxidle", -1)
+        return isinstance(idle, int) and 0 <= idle < self._answer_within_us
 
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
