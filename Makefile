@@ -1,12 +1,17 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   run the harvester on the embedded default (SQLite + the embedded broker)
-#   make test   run lint, docs and the test matrix (tox; environments chosen by .ci/envs)
+#   make test   start PostgreSQL, MariaDB and Apache Kafka, then run lint, docs and the test
+#               matrix (tox; environments chosen by .ci/envs) against them
+#
+#   make kafka        Apache Kafka 4.x (KRaft, one JVM) on 127.0.0.1:$(KAFKA_PORT); no-op if it runs
+#   make kafka-stop   stop it (its data stays)
+#   make kafka-clean  stop it and delete its data
 
 PYTHON ?= python3
 VENV   := .venv
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint docs clean
+.PHONY: demo test lint docs clean kafka kafka-stop kafka-clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "pyharvest needs Python 3.11 or newer")'
@@ -24,10 +29,25 @@ demo: $(STAMP)
 # output is printed in full; the summary adds up every environment's JUnit report.
 TOX_PARALLEL ?= 2
 
+# The broker the suite runs on: Apache Kafka from .ci/kafka (jars from Maven Central), unless
+# PYHARVEST_TEST_KAFKA names another cluster (or `embedded`).
+KAFKA_PORT ?= 19092
+export KAFKA_PORT
+
+kafka: $(STAMP)
+	bash .ci/kafka/kafka start
+
+kafka-stop:
+	bash .ci/kafka/kafka stop
+
+kafka-clean:
+	bash .ci/kafka/kafka clean
+
 test: $(STAMP)
 	bash .ci/services
+	@if [ -z "$$PYHARVEST_TEST_KAFKA" ]; then bash .ci/kafka/kafka start; fi
 	rm -rf .tox/junit
-	status=0; $(VENV)/bin/tox run-parallel -p $(TOX_PARALLEL) --parallel-no-spinner -e "$$(bash .ci/envs)" -- $(ARGS) || status=$$?; \
+	status=0; PYHARVEST_TEST_KAFKA="$${PYHARVEST_TEST_KAFKA:-127.0.0.1:$(KAFKA_PORT)}" $(VENV)/bin/tox run-parallel -p $(TOX_PARALLEL) --parallel-no-spinner -e "$$(bash .ci/envs)" -- $(ARGS) || status=$$?; \
 	$(VENV)/bin/python .ci/summarize.py .tox/junit || status=$$((status ? status : 1)); exit $$status
 
 clean:

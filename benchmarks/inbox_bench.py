@@ -1,6 +1,7 @@
 """Inbox throughput: messages per second applied exactly once into a database.
 
     python -m benchmarks.inbox_bench                                   # PostgreSQL + embedded broker
+    python -m benchmarks.inbox_bench --bootstrap 127.0.0.1:19092       # on a running broker (make kafka)
     python -m benchmarks.inbox_bench --handler insert --messages 100000
     python -m benchmarks.inbox_bench --handler batch-insert             # a batch handler
     python -m benchmarks.inbox_bench --database sqlite:///tmp/inbox.db
@@ -24,6 +25,7 @@ partitions' assignment to the last commit, so the group join is not counted. Han
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 import uuid
@@ -117,12 +119,13 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     handlers = {"noop": noop, "update": update, "insert": insert}
     batch_handlers = {"batch-insert": batch_insert, "batch-bulk": batch_bulk, "batch-copy": batch_copy}
     try:
-        with EmbeddedBroker() as broker:
+        with contextlib.nullcontext(None) if args.bootstrap else EmbeddedBroker() as broker:
+            bootstrap = args.bootstrap or broker.bootstrap_servers
             topic = f"{prefix}-in"
-            fill_seconds = fill(broker.bootstrap_servers, topic, args.messages, args.partitions)
+            fill_seconds = fill(bootstrap, topic, args.messages, args.partitions)
             config = InboxConfig(
                 base_kafka_config={
-                    "bootstrap.servers": broker.bootstrap_servers,
+                    "bootstrap.servers": bootstrap,
                     "session.timeout.ms": 6000,
                     "fetch.max.bytes": 52428800,
                     "queued.min.messages": 200000,
@@ -174,6 +177,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bootstrap", default="", help="a running broker (default: start the embedded one)")
     p.add_argument("--database", default=DEFAULT_DATABASE)
     p.add_argument("--messages", type=int, default=200_000)
     p.add_argument("--partitions", type=int, default=4)

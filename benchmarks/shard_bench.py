@@ -55,6 +55,7 @@ from pyharvest import OutboxRecord, stasher
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.shards import shard_of
 
+from benchmarks.broker_process import broker_pids
 from benchmarks.tests_support import create_topic
 from benchmarks.topic_check import NUDGE_KEY, read_back
 
@@ -126,7 +127,7 @@ class CpuUse:
     """CPU seconds used so far by the reapers, the database's processes and the broker (Linux
     ``/proc``), and the machine's busy and total core-seconds: where a drain's CPU goes."""
 
-    def __init__(self, reapers: list[Reaper]) -> None:
+    def __init__(self, reapers: list[Reaper], broker: set[int]) -> None:
         pids = {r.proc.pid for r in reapers}
         self.reapers = self.database = self.broker = 0.0
         for entry in Path("/proc").iterdir():
@@ -140,7 +141,7 @@ class CpuUse:
                 self.reapers += seconds
             elif name in _DATABASE_COMMANDS:
                 self.database += seconds
-            elif name.startswith("tansu"):
+            elif int(entry.name) in broker:  # the process on the bootstrap port (broker_process)
                 self.broker += seconds
         cpu = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
         self.total = sum(cpu) / _TICKS
@@ -281,13 +282,14 @@ def run_drain(args: argparse.Namespace, bootstrap: str, workdir: Path, rnd: int,
                 stash = stasher.Stasher(table).prepare(conn)
                 for i in range(0, len(records), 5000):
                     stash.stash_many([OutboxRecord(topic, k, v) for k, v in records[i:i + 5000]])
-            started, before = time.monotonic(), CpuUse(reapers)
+            broker = broker_pids(bootstrap)
+            started, before = time.monotonic(), CpuUse(reapers, broker)
             probe = sa.text(f"SELECT id FROM {table} ORDER BY id LIMIT 1")
             while conn.execute(probe).first() is not None:
                 conn.rollback()
                 time.sleep(0.05)
             run.seconds = time.monotonic() - started
-            after = CpuUse(reapers)
+            after = CpuUse(reapers, broker)
     finally:
         for r in reapers:
             r.stop()
@@ -301,7 +303,8 @@ def run_drain(args: argparse.Namespace, bootstrap: str, workdir: Path, rnd: int,
     run.broker_cpu_us_per_record = round((after.broker - before.broker) * per_record, 1)
     total = after.total - before.total
     run.machine_busy = round(1 - (after.idle - before.idle) / total, 3) if total > 0 else 0.0
-    report, run.hidden = read_back(bootstrap, topic, records, timeout=max(60, len(records) / 5000))
+    report, run.hidden = read_back(bootstrap, topic, records, timeout=max(60, len(records) / 5000),
+                                   nudge_missing=not args.bootstrap)
     run.lost, run.reordered, run.duplicates = report.lost_count, report.reorder_count, report.duplicate_count
     keep_loss(report, reapers, table, {})
     drop(args.database, table)
@@ -412,7 +415,7 @@ def run_failover(args: argparse.Namespace, bootstrap: str, workdir: Path, shards
             r.stop()
         engine.dispose()
     run.records = len(writer.records)
-    report, run.hidden = read_back(bootstrap, topic, writer.records, timeout=90)
+    report, run.hidden = read_back(bootstrap, topic, writer.records, timeout=90, nudge_missing=not args.bootstrap)
     run.lost, run.reordered, run.duplicates = report.lost_count, report.reorder_count, report.duplicate_count
     keep_loss(report, reapers, table, {"killed_at": killed_at, "victim_shards": run.victim_shards})
     measure_outage(run, writer, published(bootstrap, topic, len(writer.records)), killed_at, args.after)

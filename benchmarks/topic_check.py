@@ -26,13 +26,16 @@ __all__ = ["NUDGE_KEY", "nudge", "read_back"]
 NUDGE_KEY = "pyharvest-bench-nudge"
 
 
-def read_back(bootstrap: str, topic: str, expected: Iterable[Any], *, timeout: float, idle: float = 2.0
-              ) -> tuple[VerifyReport, int]:
+def read_back(bootstrap: str, topic: str, expected: Iterable[Any], *, timeout: float, idle: float = 2.0,
+              nudge_missing: bool = True) -> tuple[VerifyReport, int]:
     """:func:`~pyharvest.verify.verify_topic` of ``topic``, and how many of the records it
-    first reported lost the broker was only hiding (0 when nothing was missing)."""
+    first reported lost the broker was only hiding (0 when nothing was missing).
+
+    ``nudge_missing=False`` (Apache Kafka, which serves everything it acknowledged): no
+    second look, a record not read back is lost."""
     expected = list(expected)
     report = verify_topic(bootstrap, topic, expected, timeout=timeout, idle=idle)
-    if not report.lost_count:
+    if not report.lost_count or not nudge_missing:
         return report, 0
     first = report.lost_count
     markers = nudge(bootstrap, topic)

@@ -1,10 +1,10 @@
-"""Every Python block of README.md and docs/**/*.md runs, against the embedded defaults.
+"""Every Python block of README.md and docs/**/*.md runs, against SQLite and the session's broker.
 
 Each page's blocks run in order in one interpreter (``tests/doc_snippets_driver.py``), in a
 fresh directory, so a page may build on its earlier blocks as a reader would. The pages name
 the servers a reader has (``postgresql+psycopg://app@localhost/app``, ``localhost:9092``); the
-test points those at SQLite in the page's directory and at the session's embedded broker
-(:data:`PLACEHOLDERS`), and changes nothing else.
+test points those at SQLite in the page's directory and at the session's broker (Apache Kafka
+by default; :data:`PLACEHOLDERS`), and changes nothing else.
 
 A page controls its blocks with HTML comments, invisible once rendered:
 
@@ -46,7 +46,7 @@ PAGE_TIMEOUT = 240.0
 STOP_TIMEOUT = 30.0
 SETTLE = 5.0
 
-#: The servers the pages name, and what the test runs them against ("{broker}": the embedded one).
+#: The servers the pages name, and what the test runs them against ("{broker}": the session's broker).
 PLACEHOLDERS = {
     "postgresql+psycopg://app@localhost/app": "sqlite:///app.db",
     "postgresql+asyncpg://app@localhost/app": "sqlite+aiosqlite:///app.db",

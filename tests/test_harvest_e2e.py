@@ -112,6 +112,25 @@ def test_concurrent_writers_every_record_once_in_order(kafka_config, kafka_boots
     assert harvest.metrics.records_purged >= total
 
 
+def test_the_embedded_broker_harvests_every_record_in_order(embedded_bootstrap, database_url, table_name, topic_name):
+    """The zero-setup default (``reaper demo``, ``reaper broker``) stays proven on each live
+    database; everything else in the suite runs on Apache Kafka."""
+    create_outbox_table(database_url, table_name)
+    create_topic(embedded_bootstrap, topic_name, partitions=2)
+    harvest = Harvest(harvest_config({"bootstrap.servers": embedded_bootstrap}, database_url, table_name))
+    harvest.start()
+    try:
+        expected = write_concurrently(database_url, table_name, topic_name, writers=2, per_writer=200, keys=11)
+        wait_empty(database_url, table_name)
+    finally:
+        harvest.stop()
+        assert harvest.join(30)
+    got = read_topic(embedded_bootstrap, topic_name, expect=sum(len(v) for v in expected.values()))
+    per_key = values_per_key(got)
+    for key, values in expected.items():
+        assert collapse_one_off_duplicates(per_key[key]) == values, f"order or loss for {key}"
+
+
 def test_tombstones_headers_and_binary_values_arrive_exactly(kafka_config, kafka_bootstrap, database_url, table_name, topic_name):
     create_outbox_table(database_url, table_name)
     create_topic(kafka_bootstrap, topic_name, partitions=1)

@@ -1,4 +1,4 @@
-"""Fast NELI against a real broker (the embedded one by default): one leader among many,
+"""Fast NELI against a real broker (Apache Kafka by default): one leader among many,
 takeover when the leader leaves, fencing when heartbeats stop coming back."""
 
 from __future__ import annotations

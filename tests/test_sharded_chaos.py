@@ -17,6 +17,7 @@ import pytest
 import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from tests.fixtures.kafka import on_embedded_broker
 from benchmarks.topic_check import NUDGE_KEY, read_back
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.shards import shard_of
@@ -83,10 +84,6 @@ def publish_times(bootstrap: str, topic: str, expect: int, timeout: float = 90.0
         consumer.close()
 
 
-def embedded_broker() -> bool:
-    return os.environ.get("PYHARVEST_TEST_KAFKA", "embedded").strip() == "embedded"
-
-
 def settled(reapers: list[Reaper]) -> bool:
     """Every shard led and every live process leading some: no rebalance is under way."""
     owned = [shards_of(r) for r in reapers if r.proc.poll() is None]
@@ -131,7 +128,7 @@ def test_a_killed_process_stalls_only_its_own_shards(dialect, database_url, tabl
     finally:
         writer._stop.set()
         stop_all(reapers)
-    report, _hidden = read_back(kafka_bootstrap, topic_name, writer.expected, timeout=90)
+    report, _hidden = read_back(kafka_bootstrap, topic_name, writer.expected, timeout=90, nudge_missing=on_embedded_broker())
     assert report.lost_count == 0 and report.reorder_count == 0, report
     # A survivor's shard never goes silent for 1 s while one of its records waits: a gap between
     # two publishes counts from the later record's commit if that came after the earlier
@@ -180,7 +177,7 @@ def test_random_kills_lose_and_reorder_nothing(dialect, database_url, table_name
                 continue
             victim = rnd.choice(victims)
             action = rnd.choice(("SIGKILL", "SIGTERM"))
-            if action == "SIGTERM" and embedded_broker():
+            if action == "SIGTERM" and on_embedded_broker():
                 # The embedded broker (Tansu 0.6) does not complete a rebalance whose group leader
                 # left with LeaveGroup while it was under way: every member is left without an
                 # assignment for minutes (tests/kafka_repro_leader_leave.py shows it without
@@ -198,7 +195,7 @@ def test_random_kills_lose_and_reorder_nothing(dialect, database_url, table_name
     finally:
         writer._stop.set()
         stop_all(reapers)
-    report, _hidden = read_back(kafka_bootstrap, topic_name, writer.expected, timeout=90)
+    report, _hidden = read_back(kafka_bootstrap, topic_name, writer.expected, timeout=90, nudge_missing=on_embedded_broker())
     print(f"sharded chaos: seed {seed}, actions {actions}, {len(writer.expected)} records, "
           f"{report.duplicate_count} duplicates")
     assert report.lost_count == 0 and report.reorder_count == 0, f"seed {seed}: {report}"

@@ -118,8 +118,9 @@ def test_changing_the_number_of_shards_keeps_order(kafka_config, kafka_bootstrap
     finally:
         writer._stop.set()
     from benchmarks.topic_check import read_back
+    from tests.fixtures.kafka import on_embedded_broker
 
-    report, _hidden = read_back(kafka_bootstrap, topic_name, writer.expected, timeout=90)
+    report, _hidden = read_back(kafka_bootstrap, topic_name, writer.expected, timeout=90, nudge_missing=on_embedded_broker())
     assert report.lost_count == 0 and report.reorder_count == 0, report
 
 

@@ -19,6 +19,7 @@ import uuid
 import pytest
 import yaml
 
+from tests.fixtures.kafka import on_embedded_broker
 from benchmarks.topic_check import read_back
 from pyharvest.bindings.sql import create_outbox_table
 from tests.faults.kafka import proxied_broker
@@ -92,7 +93,7 @@ def _soak(dialect: str, url: str, table: str, topic: str, tmp_path, seconds: flo
                 except Exception:  # noqa: BLE001
                     r.proc.kill()
                     r.wait(5)
-        report, _hidden = read_back(bootstrap, topic, writer.expected, timeout=90)
+        report, _hidden = read_back(bootstrap, topic, writer.expected, timeout=90, nudge_missing=on_embedded_broker())
         print(f"soak: actions {actions}")
         print(f"soak: {len(writer.expected)} records, {report.duplicate_count} duplicates")
         print(report)

@@ -7,6 +7,9 @@ broker listens on port X, advertises port Y, and the proxy forwards Y -> X:
 
     client --(Y)--> FaultProxy --(X)--> broker (advertises 127.0.0.1:Y)
 
+The broker is a private Apache Kafka (:class:`~tests.faults.apache.ApacheKafka`), or the
+embedded one when the suite runs on it (``PYHARVEST_TEST_KAFKA=embedded``).
+
 >>> with proxied_broker() as (broker, proxy):
 ...     producer = Producer({"bootstrap.servers": broker.bootstrap_servers})  # the proxy
 ...     proxy.blackhole()
@@ -15,12 +18,22 @@ broker listens on port X, advertises port Y, and the proxy forwards Y -> X:
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
 
 from pyharvest.bindings.kafka.embedded import EmbeddedBroker, free_port
+from tests.faults.apache import ApacheKafka
 from tests.faults.proxy import FaultProxy
+from tests.fixtures.kafka import on_embedded_broker
 
-__all__ = ["AdvertisingBroker", "proxied_broker"]
+__all__ = ["AdvertisingBroker", "Broker", "broker_advertising", "proxied_broker"]
+
+
+class Broker(Protocol):
+    @property
+    def bootstrap_servers(self) -> str: ...
 
 
 class AdvertisingBroker(EmbeddedBroker):
@@ -37,7 +50,21 @@ class AdvertisingBroker(EmbeddedBroker):
 
 
 @contextlib.contextmanager
-def proxied_broker(**proxy_options: object) -> Iterator[tuple[AdvertisingBroker, FaultProxy]]:
+def broker_advertising(advertised_port: int, listen_port: int) -> Iterator[Broker]:
+    """A broker of the suite's kind listening on ``listen_port`` and advertising
+    ``advertised_port`` (start the proxy there first: the broker's readiness check goes
+    through it); stopped and its data deleted after."""
+    if on_embedded_broker():
+        with AdvertisingBroker(advertised_port=advertised_port, port=listen_port) as embedded:
+            yield embedded
+        return
+    with tempfile.TemporaryDirectory(prefix="pyharvest-kafka-") as data, \
+            ApacheKafka(Path(data), port=listen_port, advertised_port=advertised_port) as apache:
+        yield apache
+
+
+@contextlib.contextmanager
+def proxied_broker(**proxy_options: object) -> Iterator[tuple[Broker, FaultProxy]]:
     """Start a proxy on a free port Y and a broker on X advertising Y; stop both after.
 
     Clients use ``broker.bootstrap_servers`` (the proxy); every byte, including the
@@ -46,5 +73,5 @@ def proxied_broker(**proxy_options: object) -> Iterator[tuple[AdvertisingBroker,
     listen_port = free_port()
     with contextlib.ExitStack() as stack:
         proxy = stack.enter_context(FaultProxy(upstream=("127.0.0.1", listen_port), **proxy_options))  # type: ignore[arg-type]
-        broker = stack.enter_context(AdvertisingBroker(advertised_port=proxy.port, port=listen_port))
+        broker = stack.enter_context(broker_advertising(proxy.port, listen_port))
         yield broker, proxy

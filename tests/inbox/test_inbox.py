@@ -1,4 +1,4 @@
-"""The inbox on real databases and the embedded broker: fences, restarts, duplicates,
+"""The inbox on real databases and a real broker: fences, restarts, duplicates,
 dead letters and the ``stop`` policy, one behaviour per test."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The batch handler on real databases and the embedded broker: each message applied once
+"""The batch handler on real databases and a real broker: each message applied once
 through a SIGKILL inside an open transaction and a rerun; a failing message inside a batch
 parks only its key; replay through the batch handler."""
 

@@ -1,0 +1,118 @@
+"""The broker fails under a draining harvester: Apache Kafka's JVM is SIGKILLed and kept down,
+or SIGSTOPped for longer than the clients' request timeouts. Nothing may be lost or reordered,
+the harvester must carry on by itself (no restart), and ``/readyz`` must say not ready while
+the broker is gone.
+
+Each test runs a private Apache Kafka (``tests.faults.apache``), so that the broker the rest of
+the suite shares is never touched.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from benchmarks.topic_check import read_back
+from pyharvest import Harvest
+from pyharvest.bindings.sql import create_outbox_table
+from tests.faults.apache import ApacheKafka
+from tests.fixtures.kafka import on_embedded_broker
+from tests.kafka_tools import create_topic
+from tests.test_failover import wait_for
+from tests.test_faults import Writer, config
+from tests.test_harvest_e2e import outbox_count
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420)]
+
+pytest.importorskip("prometheus_client")
+
+from pyharvest.bindings.ops import start_ops_server  # noqa: E402
+from tests.test_metrics_server import LOCAL, probe  # noqa: E402
+
+BACKLOG = 20_000
+DOWN_FOR = 10.0
+
+
+@pytest.fixture
+def pg_url(dialect: str, database_url: str) -> str:
+    if dialect != "postgresql":
+        pytest.skip("broker faults are dialect-independent: PostgreSQL covers them")
+    return database_url
+
+
+@pytest.fixture
+def kafka(tmp_path):
+    if on_embedded_broker():
+        pytest.skip("the embedded broker keeps nothing across a restart: broker faults run on Apache Kafka")
+    with ApacheKafka(tmp_path / "kafka") as broker:
+        yield broker
+
+
+def ready(ops) -> int:
+    try:
+        return probe(ops, "/readyz")[0]
+    except OSError:  # the probe itself must answer; a refused or timed-out request fails below
+        return -1
+
+
+def drain_through(fault, pg_url: str, table_name: str, topic_name: str, kafka: ApacheKafka) -> None:
+    """Harvest a backlog (and a writer's fresh records) while ``fault(kafka, ops)`` runs; then
+    check that every record arrived once or more, in order per key."""
+    create_outbox_table(pg_url, table_name)
+    create_topic(kafka.bootstrap_servers, topic_name, partitions=4)
+    writer = Writer(pg_url, table_name, topic_name, keys=200, batch=50, pause=0.05)
+    for _ in range(BACKLOG // 1000):
+        writer.write(1000)
+    h = Harvest(config(kafka.bootstrap_servers, pg_url, table_name, limits={"shutdown_timeout": 5.0}))
+    ops = start_ops_server(h, LOCAL)
+    try:
+        with h:
+            wait_for(lambda: h.is_leader, 60, "leadership")
+            wait_for(lambda: outbox_count(pg_url, table_name) < BACKLOG - 2_000, 60, "the drain to get going")
+            writer.start()
+            fault(kafka, ops)
+            wait_for(lambda: ready(ops) == 200, 120, "/readyz to say ready again once the broker is back")
+            writer.stop()
+            wait_for(lambda: outbox_count(pg_url, table_name) == 0, 180, "the outbox to drain after the fault")
+            # It carried on by itself: the same harvester, still running, still leading.
+            assert h.health().running and h.is_leader
+    finally:
+        writer._stop.set()
+        ops.stop()
+    report, _ = read_back(kafka.bootstrap_servers, topic_name, writer.expected, timeout=120, nudge_missing=False)
+    print(f"{len(writer.expected)} records, {report.duplicate_count} duplicates, {h.metrics.records_reset} reset")
+    assert report.lost_count == 0 and report.reorder_count == 0, str(report)
+
+
+def test_a_broker_killed_mid_drain_and_restarted_loses_nothing(pg_url, table_name, topic_name, kafka):
+    def crash(kafka: ApacheKafka, ops) -> None:
+        kafka.kill()
+        down_at = time.monotonic()
+        wait_for(lambda: ready(ops) == 503, 30, "/readyz to say not ready with the broker down")
+        _, body = probe(ops, "/readyz")
+        assert "broker" in body["down"], body
+        # Not ready for as long as the broker stays down (the probe answers all the while).
+        while time.monotonic() - down_at < DOWN_FOR:
+            assert ready(ops) == 503
+            time.sleep(0.5)
+        kafka.start()
+
+    drain_through(crash, pg_url, table_name, topic_name, kafka)
+
+
+def test_a_broker_paused_past_the_request_timeouts_loses_nothing(pg_url, table_name, topic_name, kafka):
+    def freeze(kafka: ApacheKafka, ops) -> None:
+        # Longer than the leader's heartbeat timeout (2 s here: it fences itself) and the data
+        # producer's delivery timeout (pyharvest's default, 10 s): in-flight records fail and
+        # are reset while every connection stays open and silent.
+        kafka.pause()
+        paused_at = time.monotonic()
+        try:
+            wait_for(lambda: ready(ops) == 503, 30, "/readyz to say not ready with the broker frozen")
+            while time.monotonic() - paused_at < 15:
+                time.sleep(0.5)
+        finally:
+            kafka.resume()
+
+    drain_through(freeze, pg_url, table_name, topic_name, kafka)
