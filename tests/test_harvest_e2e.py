@@ -91,10 +91,14 @@ def wait_empty(url: str, table: str, timeout: float = 120.0) -> None:
         time.sleep(0.2)
 
 
-def test_concurrent_writers_every_record_once_in_order(kafka_config, kafka_bootstrap, database_url, table_name, topic_name):
+# The suite's broker (Apache Kafka by default), and the embedded one: the zero-setup default
+# (`reaper demo`, `reaper broker`) stays proven end to end on each live database.
+@pytest.mark.parametrize("broker", ["kafka_bootstrap", "embedded_bootstrap"])
+def test_concurrent_writers_every_record_once_in_order(broker, request, database_url, table_name, topic_name):
+    kafka_bootstrap = request.getfixturevalue(broker)
     create_outbox_table(database_url, table_name)
     create_topic(kafka_bootstrap, topic_name, partitions=4)
-    harvest = Harvest(harvest_config(kafka_config, database_url, table_name))
+    harvest = Harvest(harvest_config({"bootstrap.servers": kafka_bootstrap}, database_url, table_name))
     harvest.start()
     try:
         expected = write_concurrently(database_url, table_name, topic_name, writers=4, per_writer=750, keys=97)
@@ -110,25 +114,6 @@ def test_concurrent_writers_every_record_once_in_order(kafka_config, kafka_boots
         assert collapse_one_off_duplicates(per_key[key]) == values, f"order or loss for {key}"
     assert all(h and h[0][0] == "writer" and h[-1][0] == "pyharvest-record-id" for _p, _k, _v, h in got)
     assert harvest.metrics.records_purged >= total
-
-
-def test_the_embedded_broker_harvests_every_record_in_order(embedded_bootstrap, database_url, table_name, topic_name):
-    """The zero-setup default (``reaper demo``, ``reaper broker``) stays proven on each live
-    database; everything else in the suite runs on Apache Kafka."""
-    create_outbox_table(database_url, table_name)
-    create_topic(embedded_bootstrap, topic_name, partitions=2)
-    harvest = Harvest(harvest_config({"bootstrap.servers": embedded_bootstrap}, database_url, table_name))
-    harvest.start()
-    try:
-        expected = write_concurrently(database_url, table_name, topic_name, writers=2, per_writer=200, keys=11)
-        wait_empty(database_url, table_name)
-    finally:
-        harvest.stop()
-        assert harvest.join(30)
-    got = read_topic(embedded_bootstrap, topic_name, expect=sum(len(v) for v in expected.values()))
-    per_key = values_per_key(got)
-    for key, values in expected.items():
-        assert collapse_one_off_duplicates(per_key[key]) == values, f"order or loss for {key}"
 
 
 def test_tombstones_headers_and_binary_values_arrive_exactly(kafka_config, kafka_bootstrap, database_url, table_name, topic_name):

@@ -369,7 +369,7 @@ def test_readiness_goes_down_with_the_broker_and_comes_back(tmp_path):
         h.stop()
         h.join(20)
         ops.stop()
-        broker._run("clean")
+        broker.clean()
 
 
 def test_the_kubernetes_example_is_consistent():

@@ -84,8 +84,12 @@ class ApacheKafka:
     def __enter__(self) -> ApacheKafka:
         return self.start()
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+    def clean(self) -> None:
+        """Stop it and delete its data directory."""
         self._run("clean")
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.clean()
 
 
 def _python() -> str:
