@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyharvest.core.config_checks import check_config_types, check_limits_types, limits_keywords
 from pyharvest.core.config_mapping import (
     ValueReader,
     config_to_mapping,
@@ -74,6 +75,10 @@ class Limits:
     min_metrics_interval: float | None = None
     shutdown_timeout: float | None = None
     max_delivery_attempts: int | None = None
+
+    def __post_init__(self) -> None:
+        # A wrong type fails here, naming the field; a duration string ('5s') becomes seconds.
+        check_limits_types(self, _INT_LIMITS)
 
     def resolve(self) -> Limits:
         """A copy with every default filled in and every value validated."""
@@ -233,6 +238,16 @@ class Config:
     shards: int = 1
     limits: Limits = field(default_factory=Limits)
 
+    def __post_init__(self) -> None:
+        # Wrong types fail here, naming the field, not later in repr() or in the harvester.
+        if isinstance(self.limits, Mapping):
+            self.limits = Limits(**limits_keywords(self.limits, [f.name for f in dataclasses.fields(Limits)]))
+        elif not isinstance(self.limits, Limits):
+            raise ConfigError(
+                "limits", f"expected a Limits (or a mapping of limits), got {type(self.limits).__name__}: {self.limits!r}"
+            )
+        check_config_types(self)
+
     def resolve(self) -> Config:
         """A copy with defaults filled in, validated; raises :class:`ConfigError`."""
         c = dataclasses.replace(self, limits=self.limits.resolve())
@@ -278,8 +293,15 @@ class Config:
     def to_mapping(self, mask_secrets: bool = True) -> dict[str, object]:
         return config_to_mapping(self, mask_secrets)
 
-    # Never let a password reach a log line through repr() or str().
-    __repr__ = __str__ = masked_repr
+    # Never let a password reach a log line through repr() or str(), and never raise there:
+    # a repr is what an error report is made of.
+    def __repr__(self) -> str:
+        try:
+            return masked_repr(self)
+        except Exception as e:  # noqa: BLE001 - an attribute set to a wrong type after construction
+            return f"Config(<not printable: {type(e).__name__}: {e}>)"
+
+    __str__ = __repr__
 
 
 _LOG_LEVELS = {
