@@ -244,7 +244,8 @@ class Config:
             self.limits = Limits(**limits_keywords(self.limits, [f.name for f in dataclasses.fields(Limits)]))
         elif not isinstance(self.limits, Limits):
             raise ConfigError(
-                "limits", f"expected a Limits (or a mapping of limits), got {type(self.limits).__name__}: {self.limits!r}"
+                "limits",
+                f"expected a Limits (or a mapping of limits), got {type(self.limits).__name__}: {self.limits!r}",
             )
         check_config_types(self)
 
