@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from pyharvest.bindings.sql.change_feed import OutboxChangeFeed
 from pyharvest.bindings.sql.quarantine import QuarantinedKey, QuarantineTable
-from pyharvest.bindings.sql.schema import missing_table, table_missing
+from pyharvest.bindings.sql.schema import init_db_command, missing_table, table_missing
 from pyharvest.bindings.sql.statements import OutboxStatements
 from pyharvest.core.binding import QuarantineEntry
 from pyharvest.core.errors import BindingError
@@ -100,7 +100,7 @@ class SqlBinding:
         if not self.outbox.key_hash:
             raise BindingError(
                 f"outbox table {str(self.outbox.name)!r} has no kafka_key_hash column, so its rows cannot be "
-                f"placed in shards; add it with `reaper init-db --table {self.outbox.name} --shards {shards}`"
+                f"placed in shards; add it with {init_db_command(self.engine, self.outbox.name, f' --shards {shards}')}"
             )
         shard_filter = functools.partial(self.dialect.shard_filter, shards=shards, shard=shard)
         outbox = self.outbox.where(shard_filter)

@@ -31,6 +31,7 @@ __all__ = [
     "create_outbox_table",
     "has_key_hash",
     "has_shard_index",
+    "init_db_command",
     "missing_table",
     "prepare_shards",
     "schema_ddl",
@@ -158,15 +159,20 @@ def fill_key_hashes(engine: sa.Engine, outbox: OutboxTable, batch: int = 1000) -
         after = rows[-1][0]
 
 
+def init_db_command(engine: sa.Engine, name: TableName, options: str = "") -> str:
+    """The ``reaper init-db`` command for ``name`` at ``engine``'s database, as it runs when
+    printed: the data source included (its password masked, and said so)."""
+    url = engine.url.render_as_string(hide_password=True)
+    password = " (with the password in place of ***)" if engine.url.password else ""
+    return f"`reaper init-db --data-source '{url}' --table {name}{options}`{password}"
+
+
 def missing_table(engine: sa.Engine, name: TableName, plugin: Dialect) -> TableNotFoundError:
     """The one error for a missing outbox table, at start or mid-run: where it was looked for,
     and an ``init-db`` command that runs as printed (but for a masked password)."""
-    url = engine.url.render_as_string(hide_password=True)
-    password = " (with the password in place of ***)" if engine.url.password else ""
     return TableNotFoundError(
-        str(name), f"at {url}",
-        f"`reaper init-db --data-source '{url}' --table {name}`{password} "
-        f"(or `reaper schema --binding {plugin.name}` to see the DDL)",
+        str(name), f"at {engine.url.render_as_string(hide_password=True)}",
+        f"{init_db_command(engine, name)} (or `reaper schema --binding {plugin.name}` to see the DDL)",
     )
 
 
