@@ -122,11 +122,11 @@ class SqlBinding:
     def mark(self, leader_id: str, limit: int) -> list[OutboxRecord]:
         if limit <= 0:
             return []
-        try:
-            with self.engine.connect() as conn:
+        with self.engine.connect() as conn:
+            try:
                 rows = self.marker.mark(conn, leader_id, limit)
-        except sa.exc.DBAPIError as e:
-            raise self._explained(e) from e
+            except sa.exc.DBAPIError as e:
+                raise self._explained(e) from e
         decode = self.outbox.decode
         records: list[OutboxRecord] = []
         append = records.append
@@ -230,16 +230,18 @@ class SqlBinding:
         """``SELECT 1``, then a look at the outbox table that reads no row: raises if the
         database does not answer, :class:`~pyharvest.core.errors.TableNotFoundError` if the
         table is gone (dropped while the harvester runs)."""
-        try:
-            with self.engine.connect() as conn:
-                conn.execute(_PING).scalar_one()
+        with self.engine.connect() as conn:
+            conn.execute(_PING).scalar_one()
+            try:
                 conn.execute(self._table_probe).all()
-        except sa.exc.DBAPIError as e:
-            raise self._explained(e) from e
+            except sa.exc.DBAPIError as e:
+                raise self._explained(e) from e
 
     def _explained(self, error: sa.exc.DBAPIError) -> Exception:
         """``error``, or the missing table's error (with its ``init-db`` hint, as at start) when
-        that is what it was: asked of the database, not read from the driver's message."""
+        that is what it was: asked of the database, not read from the driver's message. Only
+        for a statement that failed on a connection that worked: a database that does not
+        answer is not asked again."""
         if not error.connection_invalidated and table_missing(self.engine, self.outbox.name):
             return missing_table(self.engine, self.outbox.name, self.dialect)
         return error
