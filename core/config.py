@@ -7,16 +7,18 @@ and validates, naming the offending field and the expected form.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyharvest.core.config_checks import check_config_types, check_limits_types, limits_keywords
 from pyharvest.core.config_mapping import (
     ValueReader,
     config_to_mapping,
@@ -34,7 +36,17 @@ from pyharvest.core.durations import format_duration
 from pyharvest.core.errors import ConfigError
 from pyharvest.core.masking import mask_data_source, mask_kafka_config
 
-__all__ = ["Config", "Limits", "LoggingConfig", "ReaperConfig", "mask_data_source", "mask_kafka_config", "sanitise"]
+__all__ = [
+    "Config",
+    "Limits",
+    "LoggingConfig",
+    "ReaperConfig",
+    "mask_data_source",
+    "mask_kafka_config",
+    "resolve_section",
+    "sanitise",
+    "section_errors",
+]
 
 POISON_POLICIES = ("block", "quarantine")
 DEFAULT_DATA_SOURCE = "host=localhost port=5432 user=postgres password= dbname=postgres sslmode=disable"
@@ -74,6 +86,10 @@ class Limits:
     min_metrics_interval: float | None = None
     shutdown_timeout: float | None = None
     max_delivery_attempts: int | None = None
+
+    def __post_init__(self) -> None:
+        # A wrong type fails here, naming the field; a duration string ('5s') becomes seconds.
+        check_limits_types(self, _INT_LIMITS)
 
     def resolve(self) -> Limits:
         """A copy with every default filled in and every value validated."""
@@ -163,18 +179,33 @@ def file_sections(data: object, section: str) -> Mapping[str, Any]:
 def read_yaml_file(path: str) -> Any:
     """The YAML document in ``path`` (``{}`` if empty), with one-line errors for a missing file
     or bad YAML."""
-    import yaml
+    from pyharvest.core.yaml_loading import load_yaml
 
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError as e:
         raise ConfigError("", f"cannot read configuration file {path!r}: {e.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError("", f"{path} is not valid YAML: {e}") from None
+    data = load_yaml(text, path)
     return data if data is not None else {}
+
+
+@contextlib.contextmanager
+def section_errors(prefix: str) -> Iterator[None]:
+    """Checks of the ``prefix:`` section of a file name the full path in their errors
+    (``harvest.shards``), as the file's own readers do, not the field alone."""
+    try:
+        yield
+    except ConfigError as e:
+        if not e.field or e.field == prefix or e.field.startswith(f"{prefix}."):
+            raise
+        raise ConfigError(f"{prefix}.{e.field}", e.problem) from None
+
+
+def resolve_section(config: Config, prefix: str = "harvest") -> Config:
+    """``config.resolve()`` for the ``prefix:`` section of a file, errors named by full path."""
+    with section_errors(prefix):
+        return config.resolve()
 
 
 # Every field not named here is read as a string.
@@ -233,6 +264,17 @@ class Config:
     shards: int = 1
     limits: Limits = field(default_factory=Limits)
 
+    def __post_init__(self) -> None:
+        # Wrong types fail here, naming the field, not later in repr() or in the harvester.
+        if isinstance(self.limits, Mapping):
+            self.limits = Limits(**limits_keywords(self.limits, [f.name for f in dataclasses.fields(Limits)]))
+        elif not isinstance(self.limits, Limits):
+            raise ConfigError(
+                "limits",
+                f"expected a Limits (or a mapping of limits), got {type(self.limits).__name__}: {self.limits!r}",
+            )
+        check_config_types(self)
+
     def resolve(self) -> Config:
         """A copy with defaults filled in, validated; raises :class:`ConfigError`."""
         c = dataclasses.replace(self, limits=self.limits.resolve())
@@ -278,8 +320,15 @@ class Config:
     def to_mapping(self, mask_secrets: bool = True) -> dict[str, object]:
         return config_to_mapping(self, mask_secrets)
 
-    # Never let a password reach a log line through repr() or str().
-    __repr__ = __str__ = masked_repr
+    # Never let a password reach a log line through repr() or str(), and never raise there:
+    # a repr is what an error report is made of.
+    def __repr__(self) -> str:
+        try:
+            return masked_repr(self)
+        except Exception as e:  # noqa: BLE001 - an attribute set to a wrong type after construction
+            return f"Config(<not printable: {type(e).__name__}: {e}>)"
+
+    __str__ = __repr__
 
 
 _LOG_LEVELS = {
@@ -341,12 +390,9 @@ class ReaperConfig:
 
     @classmethod
     def from_yaml(cls, text: str, source: str = "<string>") -> ReaperConfig:
-        import yaml
+        from pyharvest.core.yaml_loading import load_yaml
 
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise ConfigError("", f"{source} is not valid YAML: {e}") from None
+        data = load_yaml(text, source)
         return cls.from_mapping(data if data is not None else {})
 
     @classmethod

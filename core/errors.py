@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["BindingError", "ConfigError", "HarvestError", "KafkaPropertyError", "TopicError"]
+__all__ = ["BindingError", "ConfigError", "HarvestError", "KafkaPropertyError", "TableNotFoundError", "TopicError"]
 
 
 class HarvestError(Exception):
@@ -20,6 +20,21 @@ class ConfigError(HarvestError, ValueError):
 
 class BindingError(HarvestError):
     """The database binding cannot work: unknown dialect, missing table, wrong columns, no privileges."""
+
+
+class TableNotFoundError(BindingError):
+    """The outbox table does not exist: at start, or dropped while the harvester runs. The
+    message gives the command that creates it; ``reaper`` swaps in its own (``-f FILE``)."""
+
+    def __init__(self, table: str, where: str, create: str) -> None:
+        super().__init__(f"outbox table {table!r} does not exist {where}; create it with {create}")
+        self.table = table
+        self.where = where
+        self.create = create
+
+    def with_command(self, create: str) -> TableNotFoundError:
+        """The same error, advising ``create`` instead."""
+        return TableNotFoundError(self.table, self.where, create)
 
 
 class TopicError(HarvestError):

@@ -8,8 +8,8 @@ starting.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 __all__ = [
     "DeliveryFailed",
@@ -114,4 +114,24 @@ class MeterRead:
 
 
 Event = LeaderAcquired | LeaderRefreshed | LeaderRevoked | LeaderFenced | MeterRead | DeliveryFailed | RecordQuarantined
-EventHandler = Callable[[Event], None]
+
+
+class EventHandler(Protocol):
+    """What receives a harvester's events: any callable taking one :data:`Event`, such as a
+    function ``def on_event(event: Event) -> None``; pass it as ``on_event=`` to
+    :class:`~pyharvest.Harvest` or to :meth:`~pyharvest.Harvest.set_event_handler`.
+
+    It runs on the harvester's own threads, synchronously, one event at a time per thread:
+    on :class:`LeaderRevoked` it may block to finish leader-only work before the next leader
+    is elected; on :class:`LeaderFenced` it must return promptly (another leader may be
+    starting). An exception it raises is logged and does not stop the harvester. Match on the
+    event's type::
+
+        def on_event(event: Event) -> None:
+            if isinstance(event, LeaderAcquired):
+                log.info("leading as %s", event.leader_id)
+            elif isinstance(event, RecordQuarantined):
+                alert(event.key, event.hint)
+    """
+
+    def __call__(self, event: Event, /) -> None: ...

@@ -34,6 +34,7 @@ The engine's parts, each upholding its share:
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -53,9 +54,10 @@ from pyharvest.core.idle import IdleBackoff, Wakeup
 from pyharvest.core.kafka import KafkaClients
 from pyharvest.core.kafka_origins import explain_harvest_refusal
 from pyharvest.core.lifecycle import Lifecycle, State
-from pyharvest.core.logs import log, one_line
+from pyharvest.core.logs import label_thread, labelled, log, one_line
 from pyharvest.core.metrics import HarvestMetrics
 from pyharvest.core.neli import Leadership, LeaderStatus, Neli
+from pyharvest.core.repeats import CollapsingLogger
 from pyharvest.core.sender import Sender
 
 __all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "HarvestEngine", "Health", "State"]
@@ -123,6 +125,12 @@ class HarvestEngine(Lifecycle):
         self._idle = IdleBackoff(limits.mark_backoff or 0.0, limits.max_mark_backoff or 0.0)
         self._wakeup = Wakeup()
         self._unwatch: Callable[[], None] | None = None
+        # A failure that lasts (the database away) would log a mark failure and a new leader
+        # id every ioErrorBackoff: once per cause, then counts.
+        self._repeats = CollapsingLogger(log)
+        self._mark_failing = False
+        #: What this engine's threads start their log lines with: its shard, when sharded.
+        self._log_label = f"shard {shard}" if shard is not None else None
 
     # ------------------------------------------------------------------ public API
 
@@ -159,9 +167,9 @@ class HarvestEngine(Lifecycle):
         neli = self._neli
         broker = neli.broker_connected if neli is not None else None
         binding = self._binding
-        database = self._database_probe.check(binding)
+        database, database_error = self._database_probe.state(binding)
         feed = binding.feed_connected if self._unwatch is not None and isinstance(binding, ChangeFeed) else None
-        return Health(self._state is State.RUNNING, self.is_leader, broker, database, feed)
+        return Health(self._state is State.RUNNING, self.is_leader, broker, database, feed, database_error)
 
     def start(self) -> None:
         """Connect and start harvesting in the background. Errors at start-up (unreachable
@@ -169,13 +177,14 @@ class HarvestEngine(Lifecycle):
         if self._state is not State.CREATED:
             raise HarvestError(f"cannot start a harvester that is {self._state.value}")
         cfg = self.config
-        log.info(
-            "starting harvester %s: outbox %r at %s, Kafka %s",
-            cfg.name,
-            cfg.outbox_table,
-            mask_data_source(cfg.data_source),
-            mask_kafka_config(cfg.base_kafka_config),
-        )
+        with labelled(self._log_label):  # started on the group's thread when sharded
+            log.info(
+                "starting harvester %s: outbox %r at %s, Kafka %s",
+                cfg.name,
+                cfg.outbox_table,
+                mask_data_source(cfg.data_source),
+                mask_kafka_config(cfg.base_kafka_config),
+            )
         try:
             source = self._binding_source
             self._binding = source if isinstance(source, DatabaseBinding) else source()
@@ -225,6 +234,11 @@ class HarvestEngine(Lifecycle):
     # ------------------------------------------------------------------ events
 
     def _on_leader_status(self, status: LeaderStatus) -> None:
+        # Called on the group's thread too (sharded): its lines still name the shard.
+        with labelled(self._log_label):
+            self._leader_status(status)
+
+    def _leader_status(self, status: LeaderStatus) -> None:
         if status is LeaderStatus.ACQUIRED:
             leader_id = self._new_leader_id()
             self.metrics.leader_acquisitions += 1
@@ -251,6 +265,7 @@ class HarvestEngine(Lifecycle):
         assert self._neli is not None
         neli = self._neli
         min_poll = self.config.limits.min_poll_interval or 0.001
+        label_thread(self._log_label)
         try:
             while not self._stopping.is_set():
                 if neli.pulse():
@@ -292,11 +307,19 @@ class HarvestEngine(Lifecycle):
             records = self._binding.mark(leader_id, min(self._mark_size, free))
         except Exception as e:  # noqa: BLE001 - the mark may have committed: remark
             self.metrics.mark_errors += 1
-            log.warning("mark failed, will remark under a new leader id: %s", one_line(e))
+            self._mark_failing = True
+            self._repeats.log(
+                logging.WARNING, "mark failed, will remark under a new leader id: %s", one_line(e),
+                cause=f"mark failed: {one_line(e)}",
+            )
             dispatch.raise_remark()
             self._stopping.wait(limits.io_error_backoff)
             return
         elapsed = time.monotonic() - started
+        if self._mark_failing:
+            self._mark_failing = False
+            self._repeats.flush(forget=True)  # the counts of the failure that just ended
+            log.info("marks succeed again")
         self.metrics.marks += 1
         self.metrics.observe(self.metrics.mark_seconds, elapsed)
         if self._neli.since_last_poll > limits.max_poll_interval:  # type: ignore[operator]
@@ -330,7 +353,10 @@ class HarvestEngine(Lifecycle):
             self._stopping.wait(backoff)
         leader_id = self._new_leader_id()
         self.metrics.leader_refreshes += 1
-        log.info("refreshed leader id to %s: unacknowledged records will be remarked", leader_id)
+        self._repeats.log(
+            logging.INFO, "refreshed leader id to %s: unacknowledged records will be remarked", leader_id,
+            cause="refreshed leader id",
+        )
         self._emit(LeaderRefreshed(leader_id, self.shard))
 
     def _new_leader_id(self) -> str:
@@ -352,6 +378,7 @@ class HarvestEngine(Lifecycle):
     # ------------------------------------------------------------------ delivery thread
 
     def _delivery_loop(self) -> None:
+        label_thread(self._log_label)
         try:
             binding = self._binding
             assert binding is not None
@@ -372,6 +399,7 @@ class HarvestEngine(Lifecycle):
     def _shutdown(self) -> None:
         self._state = State.STOPPING
         self._shutdown_deadline = time.monotonic() + (self.config.limits.shutdown_timeout or 0.0)
+        self._repeats.flush()
         log.info("stopping harvester %s", self.config.name)
         try:
             self._quiesce("shutdown")

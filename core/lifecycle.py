@@ -20,6 +20,9 @@ __all__ = ["Lifecycle", "State"]
 
 
 class State(Enum):
+    """Where a harvester is in its life (``harvest.state``): created, running (leading or on
+    standby), stopping (in-flight records given ``limits.shutdownTimeout``) or stopped."""
+
     CREATED = "created"
     RUNNING = "running"
     STOPPING = "stopping"

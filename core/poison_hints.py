@@ -11,10 +11,12 @@ from __future__ import annotations
 __all__ = ["poison_hint", "quarantine_hint"]
 
 _TOO_LARGE = (
-    "the record is larger than Kafka accepts: raise the topic's max.message.bytes "
-    "(kafka-configs --alter --entity-type topics --entity-name {topic} --add-config max.message.bytes=N; "
-    "or the broker's message.max.bytes) and the producer's message.max.bytes in producerKafkaConfig, "
-    "or stash smaller records (the stasher refuses records over its max_record_bytes)"
+    "the record is larger than Kafka accepts. To publish it, raise message.max.bytes in the reaper's "
+    "producerKafkaConfig (librdkafka's limit, 1000000 by default, counts the harvester's headers too) and the "
+    "topic's max.message.bytes (kafka-configs --alter --entity-type topics --entity-name {topic} "
+    "--add-config max.message.bytes=N; or the broker's message.max.bytes); to keep such records out, "
+    "the Stasher's max_record_bytes refuses them before they are written, and by default fits the producer's "
+    "default"
 )
 
 # Error names without librdkafka's leading underscore for its local errors.

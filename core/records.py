@@ -44,7 +44,13 @@ class OutboxRecord:
         if not isinstance(self.key, str):
             raise InvalidRecordError(
                 f"record key must be a str, got {type(self.key).__name__} ({self.key!r}); "
-                "Kafka orders records per key, compared as text: pass str(key)"
+                "Kafka orders records per key, compared as text: "
+                + (
+                    "decode it (key.decode('utf-8'), or key.hex() for binary keys); str(key) would give "
+                    "the text of its repr"
+                    if isinstance(self.key, bytes | bytearray)
+                    else "pass its text form, e.g. str(key)"
+                )
             )
         if not isinstance(self.topic, str):
             raise InvalidRecordError(f"record topic must be a str, got {type(self.topic).__name__} ({self.topic!r})")
@@ -79,9 +85,12 @@ def validate_record(record: object) -> OutboxRecord:
         raise InvalidRecordError(f"record key must be a str, got {type(key).__name__}")
     if not key:
         raise InvalidRecordError("record key must be a non-empty string: the harvester orders records per key")
+    _check_text("record key", key)
     value = record.value
     if value is not None and not isinstance(value, bytes | str):
         raise InvalidRecordError(f"record value must be bytes, str or None, got {type(value).__name__}")
+    if isinstance(value, str) and not value.isascii():
+        _check_encodable("record value", value)
     headers = record.headers
     if isinstance(headers, str | bytes) or not isinstance(headers, Sequence):
         raise InvalidRecordError(f"record headers must be a sequence of (str, str|bytes) pairs, got {headers!r}")
@@ -93,4 +102,32 @@ def validate_record(record: object) -> OutboxRecord:
             raise InvalidRecordError(f"record header #{i} key must be a non-empty str, got {hk!r}")
         if not isinstance(hv, str | bytes):
             raise InvalidRecordError(f"record header {hk!r} value must be str or bytes, got {type(hv).__name__}")
+        if not hk.isascii():
+            _check_encodable(f"record header #{i} key", hk)
+        if isinstance(hv, str) and not hv.isascii():
+            _check_encodable(f"record header {hk!r} value", hv)
     return record
+
+
+def _check_text(what: str, text: str) -> None:
+    """Refuse what some database would refuse or mangle, on every database alike: NUL
+    (PostgreSQL refuses it in text, others truncate at it or keep it) and text that is not
+    valid Unicode."""
+    if "\x00" in text:
+        raise InvalidRecordError(
+            f"{what} {text[:40]!r} contains a NUL character (\\x00), which databases refuse or truncate in text: "
+            "remove it, or encode binary keys (key.hex())"
+        )
+    if not text.isascii():
+        _check_encodable(what, text)
+
+
+def _check_encodable(what: str, text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidRecordError(
+            f"{what} {text[:40]!r} is not valid Unicode ({e.reason} at position {e.start}: a lone surrogate, "
+            "often from bytes decoded with errors='surrogateescape'): it cannot be stored as UTF-8; "
+            "decode the source bytes properly, or encode binary data (bytes.hex())"
+        ) from None

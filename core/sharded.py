@@ -84,6 +84,7 @@ class ShardedHarvestEngine(Lifecycle):
             broker_connected=group.broker_connected if group is not None else None,
             database_connected=False if False in database else (True if database else None),
             change_feed_connected=all(feed) if feed else None,
+            database_error=next((h.database_error for h in healths if h.database_error), None),
         )
 
     def start(self) -> None:

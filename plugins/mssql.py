@@ -54,7 +54,7 @@ def pyharvest_url_backends() -> Sequence[str]:
 @hookimpl
 def pyharvest_capabilities() -> Capabilities:
     # 2,100 parameters a statement: lists stay at the default 1,000.
-    return Capabilities(transactional_ddl=True)
+    return Capabilities(transactional_ddl=True, driver_packages=(("pymssql", "pyharvest[mssql]"), ("pyodbc", "pyodbc")))
 
 
 @hookimpl

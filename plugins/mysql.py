@@ -23,6 +23,7 @@ from sqlalchemy.dialects import mysql
 from pyharvest.plugins.api import (
     KEY_LENGTH,
     SHARD_EXPRESSION,
+    Capabilities,
     OutboxTable,
     hookimpl,
     shard_column,
@@ -41,6 +42,16 @@ def pyharvest_dialect_name() -> str:
 @hookimpl
 def pyharvest_url_backends() -> Sequence[str]:
     return ("mysql", "mariadb")
+
+
+@hookimpl
+def pyharvest_capabilities() -> Capabilities:
+    return Capabilities(
+        driver_packages=(
+            ("pymysql", "pyharvest[mysql]"), ("mysqldb", "mysqlclient"), ("mysqlconnector", "mysql-connector-python"),
+            ("mariadbconnector", "mariadb"), ("asyncmy", "asyncmy"), ("aiomysql", "aiomysql"),
+        ),
+    )
 
 
 @hookimpl

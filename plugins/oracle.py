@@ -50,7 +50,9 @@ def pyharvest_url_backends() -> Sequence[str]:
 @hookimpl
 def pyharvest_capabilities() -> Capabilities:
     # DDL commits implicitly; IN lists stop at 1,000 (the default list limit).
-    return Capabilities(transactional_ddl=False)
+    return Capabilities(
+        transactional_ddl=False, driver_packages=(("oracledb", "pyharvest[oracle]"), ("cx_oracle", "cx_Oracle"))
+    )
 
 
 @hookimpl

@@ -69,7 +69,13 @@ def pyharvest_url_hint(backend: str) -> str | None:
 
 @hookimpl
 def pyharvest_capabilities() -> Capabilities:
-    return Capabilities(aware_timestamps=True, transactional_ddl=True, list_limit=None)
+    return Capabilities(
+        aware_timestamps=True, transactional_ddl=True, list_limit=None,
+        driver_packages=(
+            ("psycopg", "pyharvest[postgresql]"), ("psycopg2", "psycopg2-binary"), ("asyncpg", "asyncpg"),
+            ("pg8000", "pg8000"),
+        ),
+    )
 
 
 @hookimpl

@@ -44,7 +44,9 @@ def pyharvest_url_backends() -> Sequence[str]:
 
 @hookimpl
 def pyharvest_capabilities() -> Capabilities:
-    return Capabilities(transactional_ddl=True)
+    return Capabilities(
+        transactional_ddl=True, driver_packages=(("pysqlite", "(Python's sqlite3)"), ("aiosqlite", "aiosqlite"))
+    )
 
 
 @hookimpl

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from pyharvest.commands.exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, error_exit, exception_exit
 from pyharvest.commands.files import add_file_argument
-from pyharvest.core.config import POISON_POLICIES, mask_data_source
+from pyharvest.core.config import POISON_POLICIES, mask_data_source, resolve_section, section_errors
 
 if TYPE_CHECKING:
     from pyharvest.core.config import Config as HarvestConfig
@@ -60,10 +60,20 @@ def setup_logging(level: int, as_json: bool = False) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import shlex
+
+    from pyharvest.core.errors import TableNotFoundError
     from pyharvest.envconfig import load_reaper_config
 
-    # reaper.yaml, then PYHARVEST_<SECTION>__<KEY> overrides
-    return run_harvest(load_reaper_config(args.file), print_config=args.print_config)
+    if not args.file:
+        # Checked here, not by argparse: an unknown flag ('reaper --frobnicate') is named first.
+        return error_exit("the following arguments are required: -f/--file (e.g. reaper -f reaper.yaml)", EXIT_USAGE)
+    try:
+        # reaper.yaml, then PYHARVEST_<SECTION>__<KEY> overrides
+        return run_harvest(load_reaper_config(args.file), print_config=args.print_config)
+    except TableNotFoundError as e:
+        # The command that creates it from the same file runs as printed, password and all.
+        raise e.with_command(f"`reaper init-db -f {shlex.quote(args.file)}`") from None
 
 
 def run_harvest(cfg: ReaperConfig, *, print_config: bool = False) -> int:
@@ -76,15 +86,17 @@ def run_harvest(cfg: ReaperConfig, *, print_config: bool = False) -> int:
     from pyharvest.envconfig import env_overrides
     from pyharvest.harvest import Harvest, ShardedHarvest
 
-    harvest_cfg = cfg.harvest.resolve()
+    harvest_cfg = resolve_section(cfg.harvest)
     # A 'metrics:' section (even empty) turns on /metrics, /healthz and /readyz.
     ops_cfg = OpsConfig.from_mapping(cfg.extra["metrics"]) if "metrics" in cfg.extra else None
     setup_logging(cfg.logging.numeric_level, cfg.logging.json)
+    # What reaper refuses without connecting anywhere (the table name, the driver, librdkafka's
+    # verdict on the Kafka properties), it refuses before it starts; --print-config too: the
+    # migration guide relies on it.
+    with section_errors("harvest"):
+        check_harvest_config(harvest_cfg)
     if print_config:
         import yaml
-
-        # What reaper would refuse, --print-config refuses too: the migration guide relies on it.
-        check_harvest_config(harvest_cfg)
 
         printed: dict[str, object] = {
             "harvest": harvest_cfg.to_mapping(mask_secrets=True),
@@ -129,7 +141,7 @@ def check_harvest_config(cfg: HarvestConfig) -> None:
     (librdkafka's verdict, named by YAML key). Raises :class:`ConfigError` (or another
     :class:`~pyharvest.core.errors.HarvestError`) as ``reaper`` would."""
     from pyharvest.bindings.kafka.preflight import check_properties
-    from pyharvest.bindings.sql.connect import resolve
+    from pyharvest.bindings.sql.connect import load_driver, resolve
     from pyharvest.core.errors import KafkaPropertyError
     from pyharvest.core.kafka_origins import explain_harvest_refusal
     from pyharvest.core.neli import leader_client_configs
@@ -137,7 +149,7 @@ def check_harvest_config(cfg: HarvestConfig) -> None:
     from pyharvest.plugins.api import parse_table_name
 
     parse_table_name(cfg.outbox_table)
-    resolve(cfg.data_source, cfg.binding)
+    load_driver(*resolve(cfg.data_source, cfg.binding))  # as the run does: a missing driver fails here
     consumer, heartbeats = leader_client_configs(
         cfg.base_kafka_config, cfg.leader_group_id, cfg.limits.heartbeat_timeout  # type: ignore[arg-type]
     )
@@ -197,11 +209,21 @@ def _positive(text: str) -> int:
 Command = Callable[[argparse.Namespace], int]
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pyharvest")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="reaper",
         description="pyharvest: publish a transactional outbox to Kafka (goharvest-compatible reaper).",
     )
+    parser.add_argument("--version", action="version", version=f"reaper (pyharvest) {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser(
@@ -211,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
         "deletes them. 'reaper -f reaper.yaml' is the same as 'reaper run -f reaper.yaml'. PYHARVEST_* "
         "environment variables override the file's keys.",
     )
-    run.add_argument("-f", "--file", required=True, help="configuration file (goharvest's reaper.yaml format)")
+    run.add_argument("-f", "--file", help="configuration file (goharvest's reaper.yaml format); required")
     run.add_argument("--print-config", action="store_true", help="print the effective config (secrets masked) and exit")
     run.set_defaults(func=cmd_run)
 
@@ -289,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     commands = {name for a in parser._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices}
-    if argv and argv[0] not in commands and argv[0] not in ("-h", "--help"):
+    if argv and argv[0] not in commands and argv[0] not in ("-h", "--help", "--version"):
         if not argv[0].startswith("-"):
             return _unknown_command(argv[0], commands)
         argv.insert(0, "run")  # goharvest's form: 'reaper -f reaper.yaml'

@@ -8,10 +8,27 @@ from __future__ import annotations
 
 from pyharvest.core.records import InvalidRecordError
 
-__all__ = ["KAFKA_MESSAGE_MAX_BYTES", "KeyTooLongError", "OutboxTableMissingError", "RecordTooLargeError"]
+__all__ = [
+    "DEFAULT_MAX_RECORD_BYTES",
+    "KAFKA_MESSAGE_MAX_BYTES",
+    "PRODUCER_MESSAGE_MAX_BYTES",
+    "KeyTooLongError",
+    "OutboxTableMissingError",
+    "RecordTooLargeError",
+]
 
 #: Kafka's default ``message.max.bytes`` (broker) and ``max.message.bytes`` (topic).
 KAFKA_MESSAGE_MAX_BYTES = 1_048_588
+#: librdkafka's default ``message.max.bytes``: the harvester's producer refuses a larger record
+#: itself, before any broker sees it. It is the lowest of the three limits a record meets.
+PRODUCER_MESSAGE_MAX_BYTES = 1_000_000
+#: What the harvester adds to a stashed record on the wire: its identity headers (the outbox's
+#: identity, the record id) and the record's framing, with room to spare.
+HARVEST_OVERHEAD_BYTES = 1_000
+#: The stasher's default ``max_record_bytes``: what the harvester's producer, at its default
+#: ``message.max.bytes``, still publishes once it has added its headers. A record the stasher
+#: accepts by default is one the harvester can publish by default.
+DEFAULT_MAX_RECORD_BYTES = PRODUCER_MESSAGE_MAX_BYTES - HARVEST_OVERHEAD_BYTES
 
 
 class KeyTooLongError(InvalidRecordError):

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-from pyharvest.stash_errors import KAFKA_MESSAGE_MAX_BYTES, KeyTooLongError, RecordTooLargeError
+from pyharvest.stash_errors import (
+    HARVEST_OVERHEAD_BYTES,
+    PRODUCER_MESSAGE_MAX_BYTES,
+    KeyTooLongError,
+    RecordTooLargeError,
+)
 
 if TYPE_CHECKING:
     from pyharvest.core.records import OutboxRecord
@@ -57,9 +62,11 @@ class StashLimits(NamedTuple):
             if size > self.max_record_bytes:
                 raise RecordTooLargeError(
                     f"record for topic {record.topic!r} with key {record.key[:40]!r} is {size} bytes "
-                    f"(key, value and headers), over max_record_bytes={self.max_record_bytes}, which Kafka "
-                    f"would refuse at publish (its default message.max.bytes is {KAFKA_MESSAGE_MAX_BYTES}): store "
-                    f"the payload elsewhere and stash a reference, or raise the topic's max.message.bytes "
-                    f"and the Stasher's max_record_bytes together"
+                    f"(key, value and headers), over the Stasher's max_record_bytes={self.max_record_bytes}: the "
+                    f"harvester's producer would refuse it at publish (librdkafka's message.max.bytes, "
+                    f"{PRODUCER_MESSAGE_MAX_BYTES} by default, counts the harvester's headers too). Store the "
+                    f"payload elsewhere and stash a reference, or raise together the Stasher's max_record_bytes, "
+                    f"message.max.bytes in the reaper's producerKafkaConfig (at least max_record_bytes + "
+                    f"{HARVEST_OVERHEAD_BYTES}) and the topic's max.message.bytes"
                 )
         return record

@@ -55,6 +55,7 @@ from pyharvest.core.records import Header, OutboxRecord, validate_record
 from pyharvest.notify import awake_harvester, wake_harvester
 from pyharvest.plugins.api import GOHARVEST, NATIVE, OutboxTable, TableName, parse_table_name
 from pyharvest.stash_errors import (
+    DEFAULT_MAX_RECORD_BYTES,
     KAFKA_MESSAGE_MAX_BYTES,
     KeyTooLongError,
     OutboxTableMissingError,
@@ -79,6 +80,7 @@ if TYPE_CHECKING:
     AsyncTx = AsyncConnection | AsyncSession | async_scoped_session[Any]
 
 __all__ = [
+    "DEFAULT_MAX_RECORD_BYTES",
     "KAFKA_MESSAGE_MAX_BYTES",
     "AsyncPreparedStasher",
     "BatchStasher",
@@ -248,8 +250,9 @@ class Stasher:
 
     Before anything is written, a record is refused (:class:`KeyTooLongError`) if its key is
     longer than the table's key column, and (:class:`RecordTooLargeError`) if its key, value and
-    headers come to more than ``max_record_bytes`` (default: Kafka's default
-    ``message.max.bytes``, which a larger record would fail at publish; ``None``: no limit).
+    headers come to more than ``max_record_bytes`` (default: what the harvester's producer
+    publishes at librdkafka's default ``message.max.bytes``, once it has added its own headers;
+    a larger record would fail at publish and hold back its key; ``None``: no limit).
     A missing table raises :class:`OutboxTableMissingError`, saying how to create it.
     """
 
@@ -260,7 +263,7 @@ class Stasher:
         layout: str | None = None,
         propagate_trace: bool = False,
         bulk: bool = True,
-        max_record_bytes: int | None = KAFKA_MESSAGE_MAX_BYTES,
+        max_record_bytes: int | None = DEFAULT_MAX_RECORD_BYTES,
     ) -> None:
         self.table = parse_table_name(table)
         if layout is not None and layout not in (NATIVE, GOHARVEST):
@@ -346,7 +349,23 @@ def _default_stasher(table: str, propagate_trace: bool) -> Stasher:
 def stash(
     tx: sa.Connection | Session, record: OutboxRecord, table: str = "outbox", *, propagate_trace: bool = False
 ) -> None:
-    """Write ``record`` into ``table`` within ``tx``'s transaction."""
+    """Write ``record`` into the outbox ``table`` within ``tx``'s transaction.
+
+    ``tx`` is the SQLAlchemy ``Connection`` or ORM ``Session`` of the service's own change:
+    the record commits with it or not at all, and the harvester publishes it after the commit,
+    in order with the other records of its key. Nothing is committed here.
+
+    The record is checked before anything is written; :class:`~pyharvest.InvalidRecordError`
+    (or its subclasses :class:`KeyTooLongError` and :class:`RecordTooLargeError`, over
+    :data:`DEFAULT_MAX_RECORD_BYTES`) says which field is wrong, and
+    :class:`OutboxTableMissingError` how to create a missing table. ``propagate_trace=True``
+    adds the current OpenTelemetry trace's headers. For many records, or another size limit,
+    use a :class:`Stasher`.
+
+    >>> with engine.begin() as tx:                                    # doctest: +SKIP
+    ...     tx.execute(orders.insert(), {"id": 42})
+    ...     stash(tx, OutboxRecord("orders", key="order-42", value=b'{"status": "paid"}'))
+    """
     _default_stasher(table, propagate_trace).stash(tx, record)
 
 

@@ -230,7 +230,8 @@ def test_inbox_names_the_key_of_a_kafka_property_librdkafka_refuses(tmp_path):
 )
 def test_print_config_refuses_what_reaper_refuses(tmp_path, harvest, fragments):
     cfg = tmp_path / "reaper.yaml"
-    cfg.write_text(f"harvest:\n  dataSource: sqlite:///{tmp_path / 'x.db'}\n{harvest}")
+    base = "" if "dataSource" in harvest else f"  dataSource: sqlite:///{tmp_path / 'x.db'}\n"  # no key twice
+    cfg.write_text(f"harvest:\n{base}{harvest}")
     printed = reaper("-f", str(cfg), "--print-config")
     assert_one_line_error(printed, *fragments)
     assert printed.stdout == ""
@@ -239,7 +240,8 @@ def test_print_config_refuses_what_reaper_refuses(tmp_path, harvest, fragments):
 @pytest.mark.parametrize("harvest", ["  outboxTable: \"out'box\"\n", "  dataSource: nosuchdb://h/x\n"])
 def test_print_config_and_reaper_refuse_with_the_same_line(tmp_path, harvest):
     cfg = tmp_path / "reaper.yaml"
-    cfg.write_text(f"harvest:\n  dataSource: sqlite:///{tmp_path / 'x.db'}\n{harvest}")
+    base = "" if "dataSource" in harvest else f"  dataSource: sqlite:///{tmp_path / 'x.db'}\n"  # no key twice
+    cfg.write_text(f"harvest:\n{base}{harvest}")
     printed, run = reaper("-f", str(cfg), "--print-config"), reaper("-f", str(cfg))
     assert_one_line_error(run)
     assert printed.stderr.splitlines()[-1] == run.stderr.splitlines()[-1]
@@ -310,3 +312,120 @@ def test_a_reader_that_goes_away_is_no_broken_pipe_traceback():
     err = proc.stderr.read()
     proc.wait(60)
     assert "BrokenPipeError" not in err and "Traceback" not in err and "Exception ignored" not in err, err
+
+
+# ---------------------------------------------------------------------- an operator's first incident
+
+
+def installed_reaper(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The ``reaper`` console script itself, as an operator runs it."""
+    script = os.path.join(os.path.dirname(sys.executable), "reaper")
+    assert os.path.exists(script), "the package is not installed with its console script"
+    return subprocess.run([script, *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+def test_an_unknown_flag_is_named_and_version_answers():
+    unknown = installed_reaper("--frobnicate")
+    assert unknown.returncode == 2 and "--frobnicate" in unknown.stderr
+    assert "-f/--file" not in unknown.stderr
+    from importlib.metadata import version
+
+    shown = installed_reaper("--version")
+    assert shown.returncode == 0 and shown.stdout.strip() == f"reaper (pyharvest) {version('pyharvest')}"
+    assert_one_line_error(installed_reaper("run"), "required: -f/--file")
+
+
+@pytest.mark.parametrize(
+    ("data_source", "module", "fragments"),
+    [
+        ("postgresql+psycopg9://u@127.0.0.1:9/db", None, ("harvest.dataSource", "no driver 'psycopg9'", "psycopg,")),
+        ("mysql+mysqldb://u@127.0.0.1:9/db", "MySQLdb", ("'mysqldb' driver", "pip install 'mysqlclient'")),
+    ],
+    ids=["unknown-driver", "driver-not-installed"],
+)
+def test_print_config_loads_the_driver_as_the_run_does(tmp_path, data_source, module, fragments):
+    # Asked of a fresh interpreter, as the command is: a test may have aliased it in this one
+    # (PyMySQL's install_as_MySQLdb).
+    if module is not None and subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True).returncode == 0:
+        pytest.skip(f"{module} is installed here")
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text(f"harvest:\n  dataSource: {data_source}\n  baseKafkaConfig:\n    bootstrap.servers: 127.0.0.1:9\n")
+    printed, run = installed_reaper("-f", str(cfg), "--print-config"), installed_reaper("-f", str(cfg))
+    assert_one_line_error(printed, *fragments)
+    assert_one_line_error(run, *fragments)
+    assert printed.stdout == "" and "NoSuchModuleError" not in run.stderr
+    assert "reaper starting" not in run.stderr and "starting harvester" not in run.stderr  # refused first
+
+
+def test_a_key_given_twice_is_refused_with_its_lines(tmp_path):
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text(f"harvest:\n  dataSource: sqlite:///{tmp_path / 'x.db'}\n  outboxTable: a\n  outboxTable: b\n")
+    assert_one_line_error(
+        installed_reaper("-f", str(cfg), "--print-config"), str(cfg), "line 4", "'outboxTable' is given twice",
+        "first on line 3",
+    )
+
+
+def test_yaml_errors_name_the_file(tmp_path):
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text("harvest:\n  dataSource: [\n")
+    result = installed_reaper("-f", str(cfg))
+    assert result.returncode == 2 and "<unicode string>" not in result.stderr
+    assert f'in "{cfg}", line 3' in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("harvest", "path"),
+    [
+        ("  shards: 0\n", "harvest.shards"),
+        ("  shards: two\n", "harvest.shards"),
+        ("  outboxTable: \"a b\"\n", "harvest.outboxTable"),
+        ("  poisonPolicy: ignore\n", "harvest.poisonPolicy"),
+    ],
+)
+def test_errors_name_the_full_path_and_come_before_starting(tmp_path, harvest, path):
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text(f"harvest:\n  dataSource: sqlite:///{tmp_path / 'x.db'}\n{harvest}")
+    result = installed_reaper("-f", str(cfg))
+    assert_one_line_error(result, f"invalid configuration: {path}: ")
+    assert "reaper starting" not in result.stderr and "starting harvester" not in result.stderr
+
+
+@pytest.mark.kafka
+def test_the_init_db_command_an_error_suggests_runs_as_printed(tmp_path, kafka_bootstrap):
+    import shlex
+
+    cfg = tmp_path / "reaper.yaml"
+    cfg.write_text(
+        "harvest:\n"
+        f"  baseKafkaConfig:\n    bootstrap.servers: {kafka_bootstrap}\n"
+        f"  dataSource: sqlite:///{tmp_path / 'fresh.db'}\n"
+        "  outboxTable: orders_outbox\n"
+        "logging:\n  level: error\n"
+    )
+    run = installed_reaper("-f", "reaper.yaml", cwd=str(tmp_path))
+    assert_one_line_error(run, "'orders_outbox' does not exist", "`reaper init-db -f reaper.yaml`")
+    command = run.stderr.split("`")[1]
+    created = installed_reaper(*shlex.split(command)[1:], cwd=str(tmp_path))
+    assert created.returncode == 0, created.stderr
+    assert "orders_outbox" in created.stdout and "is ready" in created.stdout
+
+
+def test_the_library_suggests_init_db_with_the_data_source(tmp_path):
+    import shlex
+
+    import sqlalchemy as sa
+
+    from pyharvest.bindings.sql import check_table
+    from pyharvest.core.errors import TableNotFoundError
+    from pyharvest.plugins.api import load_dialect, parse_table_name
+
+    url = f"sqlite:///{tmp_path / 'lib.db'}"
+    engine = sa.create_engine(url)
+    with pytest.raises(TableNotFoundError) as missing:
+        check_table(engine, parse_table_name("orders_outbox"), load_dialect("sqlite"))
+    engine.dispose()
+    command = str(missing.value).split("`")[1]
+    assert f"--data-source '{url}'" in command
+    created = installed_reaper(*shlex.split(command)[1:])
+    assert created.returncode == 0, created.stderr

@@ -94,7 +94,12 @@ def test_inbox_dead_letters_take_the_data_source_from_the_environment(tmp_path, 
     assert listed.returncode == 0, listed.stderr
     assert "0 stored message(s)" in listed.stdout
     replayed = reaper("inbox", "-f", str(cfg), "--replay", env=env)
-    assert replayed.returncode == 0 and "replay requested for 0" in replayed.stdout
+    assert replayed.returncode == 0 and "nothing is stored in group 'billing'" in replayed.stdout
+    # A key (or topic) that matches nothing is most likely mistyped: said so, and a failure.
+    missed = reaper("inbox", "-f", str(cfg), "--replay", "--key", "nosuchkey", env=env)
+    assert missed.returncode == 1 and "Traceback" not in missed.stderr
+    assert "nothing is stored for key 'nosuchkey' in group 'billing'" in missed.stderr
+    assert "replay requested" not in missed.stdout
 
 
 @pytest.mark.kafka

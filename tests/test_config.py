@@ -185,3 +185,45 @@ def test_a_key_like_no_other_gets_no_suggestion():
     with pytest.raises(ConfigError) as info:
         ReaperConfig.from_yaml("harvest:\n  frobnicate: 1\n")
     assert "did you mean" not in str(info.value) and "expected one of" in str(info.value)
+
+
+# ---------------------------------------------------------------- types, at construction
+
+
+@pytest.mark.parametrize(
+    ("build", "field", "says"),
+    [
+        (lambda: Config(base_kafka_config="localhost:9092"), "base_kafka_config", "mapping of Kafka properties"),
+        (lambda: Config(producer_kafka_config=["acks=all"]), "producer_kafka_config", "mapping of Kafka properties"),
+        (lambda: Config(identity_headers="no"), "identity_headers", "True or False"),
+        (lambda: Config(outbox_table=None), "outbox_table", "a string"),
+        (lambda: Config(shards="2"), "shards", "whole number"),
+        (lambda: Config(limits=5), "limits", "a Limits"),
+        (lambda: Config(limits={"heartbeat_timout": 5}), "limits.heartbeat_timout", "did you mean 'heartbeat_timeout'"),
+        (lambda: Limits(heartbeat_timeout="soon"), "limits.heartbeat_timeout", "not a duration"),
+        (lambda: Limits(heartbeat_timeout="5"), "limits.heartbeat_timeout", "has no unit"),
+        (lambda: Limits(heartbeat_timeout=[5]), "limits.heartbeat_timeout", "expected seconds"),
+        (lambda: Limits(max_in_flight_records=1.5), "limits.max_in_flight_records", "whole number"),
+    ],
+)
+def test_a_wrong_type_is_refused_where_it_is_written(build, field: str, says: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigError) as refused:
+        build()
+    assert str(refused.value).startswith(f"{field}: ") and says in str(refused.value)
+
+
+def test_limits_take_a_mapping_and_duration_strings() -> None:
+    assert Limits(heartbeat_timeout="5s", queue_timeout="1m30s").heartbeat_timeout == 5.0
+    assert Limits(queue_timeout="1m30s").queue_timeout == 90.0
+    by_attribute = Config(limits={"heartbeat_timeout": 5, "max_in_flight_records": 10}).resolve().limits
+    by_yaml_key = Config(limits={"heartbeatTimeout": "5s", "maxInFlightRecords": 10}).resolve().limits
+    assert by_attribute == by_yaml_key and by_attribute.heartbeat_timeout == 5.0
+    assert Config(base_kafka_config=None).base_kafka_config == {}
+
+
+def test_repr_never_raises() -> None:
+    config = Config(data_source="postgresql://u:secret@h/db")
+    config.base_kafka_config = "set wrong after construction"  # type: ignore[assignment]
+    config.limits = None  # type: ignore[assignment]
+    assert "secret" not in repr(config) and repr(config).startswith("Config(")
+    assert "secret" not in str(Config(data_source="postgresql://u:secret@h/db"))

@@ -19,6 +19,9 @@ A page controls its blocks with HTML comments, invisible once rendered:
     the page go on.
 ``<!-- snippet: skip REASON -->`` before a block
     a block that cannot run here; the reason says where the same code is proven instead.
+``<!-- snippet: requires MODULE -->`` before a block (and its setup)
+    the block needs an optional extra (``pyspark``): skipped, with the rest of the page,
+    where MODULE cannot be imported; CI installs every extra, so there it runs.
 
 A block made only of ``--8<--`` includes shows an example file that its own tests run
 (``tests/test_alembic.py``, ``tests/django/``).
@@ -66,12 +69,14 @@ class Block:
     mode: str  # run | setup | until-stopped | skip
     reason: str = ""
     ready: str | None = None
+    requires: str | None = None  # a module the block needs (an optional extra)
 
 
 def blocks_of(page: Path) -> list[Block]:
     lines = page.read_text(encoding="utf-8").split("\n")
     blocks: list[Block] = []
     pending: tuple[str, str] | None = None  # the marker for the next fenced block
+    requires: str | None = None  # the module the next fenced block needs
     i = 0
     while i < len(lines):
         marker = MARKER.match(lines[i])
@@ -85,6 +90,10 @@ def blocks_of(page: Path) -> list[Block]:
         if marker:
             if not lines[i].rstrip().endswith("-->"):
                 raise AssertionError(f"{page}:{i + 1}: a snippet marker fits on one line")
+            if marker["what"] == "requires":
+                requires = marker["rest"].strip()
+                i += 1
+                continue
             if marker["what"] not in ("skip", "runs-until-stopped"):
                 raise AssertionError(f"{page}:{i + 1}: unknown snippet marker {marker['what']!r}")
             pending = (marker["what"], marker["rest"].strip())
@@ -92,7 +101,8 @@ def blocks_of(page: Path) -> list[Block]:
             indent = len(fence["indent"])
             end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == "```")
             code = "\n".join(line[indent:] for line in lines[i + 1:end])
-            block = Block(str(page), i + 2, code, "run")
+            block = Block(str(page), i + 2, code, "run", requires=requires)
+            requires = None
             what, rest = pending or ("", "")
             if what == "skip":
                 if not rest:
@@ -141,6 +151,14 @@ def test_markers_parse() -> None:
 @pytest.mark.parametrize("page", [p for p in PAGES if any(b.mode != "skip" for b in blocks_of(p))], ids=_ids)
 def test_page_snippets_run(page: Path, kafka_bootstrap: str, tmp_path: Path) -> None:
     blocks = [b for b in blocks_of(page) if b.mode != "skip"]
+    import importlib.util
+
+    missing = [b for b in blocks if b.requires and importlib.util.find_spec(b.requires) is None]
+    if missing:
+        # What follows a block may build on it: the page stops there.
+        blocks = blocks[: blocks.index(missing[0])]
+        if not any(b.mode != "setup" for b in blocks):
+            pytest.skip(f"{page.name} needs {missing[0].requires}: an optional extra not installed here")
     spec = [
         {"path": b.path, "line": b.line, "code": substituted(b.code, kafka_bootstrap), "mode": b.mode}
         for b in blocks

@@ -30,7 +30,7 @@ class Clock:
 def collapsing(caplog):
     caplog.set_level(logging.DEBUG, logger="test.librdkafka")
     clock = Clock()
-    return CollapsingLogger(logging.getLogger("test.librdkafka"), interval=30.0, clock=clock), clock, caplog
+    return CollapsingLogger(logging.getLogger("test.librdkafka"), interval=30.0, clock=clock, cause=cause_of), clock, caplog
 
 
 def lines(caplog) -> list[str]:

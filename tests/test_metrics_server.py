@@ -194,12 +194,45 @@ def test_readiness_reports_a_database_that_does_not_answer():
     ops = start_ops_server(h, LOCAL)
     try:
         with h:
+            # The ping runs in the background: the first probes may answer before it has.
+            wait_until(lambda: probe(ops, "/readyz")[0] == 503, 10)
             status, body = probe(ops, "/readyz")
             assert status == 503 and body["down"] == ["database"] and body["database_connected"] is False
+            assert body["errors"] == {"database": "ConnectionError: connection refused"}
             assert scrape(ops)["pyharvest_database_connected"] == 0
             assert probe(ops, "/healthz")[0] == 200  # alive: a restart would not bring the database back
     finally:
         ops.stop()
+
+
+def test_a_client_that_hangs_up_is_one_log_line_not_a_traceback(monkeypatch, caplog, capfd):
+    import logging
+    import struct
+
+    from pyharvest.bindings.ops import server
+
+    caplog.set_level(logging.DEBUG, logger="pyharvest.ops")
+    h = make(FakeBinding(), FakeKafka())
+    ops = start_ops_server(h, LOCAL)
+    try:
+        # Gone while its request was being read: the connection is reset under the server.
+        with socket.create_connection(("127.0.0.1", ops.port), timeout=5) as s:
+            s.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n")
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with RST
+        # Gone before its answer was written (what a write to a closed socket raises).
+        def hung_up(*_args, **_kwargs):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        monkeypatch.setattr(server._Handler, "_send", hung_up)
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            get(ops.url + "/readyz")
+        wait_until(lambda: len([r for r in caplog.records if "hung up" in r.getMessage()]) == 2, 5)
+    finally:
+        ops.stop()
+    gone = [r for r in caplog.records if "hung up" in r.getMessage()]
+    assert [r.levelname for r in gone] == ["INFO", "INFO"] and not any(r.exc_info for r in gone)
+    # socketserver's default: a banner and a traceback on stderr for each.
+    assert "Exception occurred during processing of request" not in capfd.readouterr().err
 
 
 def test_a_second_collector_does_not_split_the_latency_histograms():

@@ -15,3 +15,29 @@ def test_every_event_is_exported(package):
     for name in events.__all__:
         assert name in package.__all__
         assert getattr(package, name) is getattr(events, name)
+
+
+def test_every_public_name_has_a_real_docstring():
+    """help() on what an application uses says what it is: no bare alias, no inherited text."""
+    from pyharvest import stasher
+
+    public = [getattr(pyharvest, name) for name in pyharvest.__all__ if name not in ("__version__", "Event")]
+    public += [stasher.stash, stasher.astash, stasher.Stasher]
+    for thing in public:
+        doc = thing.__doc__ or ""
+        assert len(doc.split()) >= 4, f"{thing!r} has no docstring worth reading: {doc!r}"
+        assert doc != type(thing).__doc__ and doc != object.__doc__, thing
+    assert "Event" in pyharvest.EventHandler.__doc__ and "LeaderRevoked" in pyharvest.EventHandler.__doc__
+    assert "transaction" in stasher.stash.__doc__ and "InvalidRecordError" in stasher.stash.__doc__
+
+
+def test_any_function_of_an_event_is_an_event_handler():
+    from pyharvest import Config, Harvest
+
+    seen: list[object] = []
+
+    def on_event(event: pyharvest.Event) -> None:
+        seen.append(event)
+
+    handler: pyharvest.EventHandler = on_event  # a plain function fits the protocol (mypy checks it)
+    Harvest(Config(data_source="sqlite://"), on_event=handler).set_event_handler(seen.append)

@@ -220,6 +220,9 @@ def test_block_policy_retries_with_backoff_and_nothing_overtakes_the_poison_reco
         assert outbox_count(database_url, table_name) == 2  # nothing of "bad" went
         failures = [(t, e) for t, e in events if isinstance(e, DeliveryFailed)]
         assert [e.attempts for _t, e in failures][:5] == [1, 2, 3, 4, 5]  # never quarantined under block
+        # Which settings to raise: the producer's, the topic's, and the stasher's guard.
+        hint = failures[0][1].hint
+        assert "message.max.bytes in the reaper's producerKafkaConfig" in hint and "max_record_bytes" in hint
         assert not any(isinstance(e, RecordQuarantined) for _t, e in events)
         gaps = [b[0] - a[0] for a, b in zip(failures, failures[1:], strict=False)]
         assert gaps[3] > gaps[0], f"no growing backoff between attempts: {gaps}"

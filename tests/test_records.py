@@ -7,7 +7,7 @@ import re
 import pytest
 
 from pyharvest import OutboxRecord
-from pyharvest.core.records import InvalidRecordError
+from pyharvest.core.records import InvalidRecordError, validate_record
 
 
 @pytest.mark.parametrize(
@@ -28,3 +28,16 @@ def test_a_str_subclass_is_a_str():
         pass
 
     assert OutboxRecord("orders", Safe("k")).key == "k"
+
+
+def test_a_bytes_key_is_refused_with_advice_that_keeps_its_text() -> None:
+    with pytest.raises(InvalidRecordError) as refused:
+        OutboxRecord("t", b"\xff")  # type: ignore[arg-type]
+    # str(b"\xff") is "b'\\xff'": the advice is to decode, not to take the repr.
+    assert "key.decode('utf-8')" in str(refused.value) and "pass str(key)" not in str(refused.value)
+
+
+def test_header_and_value_text_that_cannot_be_encoded_is_refused() -> None:
+    for record in (OutboxRecord("t", "k", "\udcff"), OutboxRecord("t", "k", b"v", [("h", "\ud800")])):
+        with pytest.raises(InvalidRecordError, match="not valid Unicode"):
+            validate_record(record)

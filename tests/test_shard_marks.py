@@ -114,7 +114,8 @@ def test_a_table_without_the_key_hash_refuses_shards_with_the_fix(database_url: 
     try:
         binding = create_binding(database_url, table_name)
         object.__setattr__(binding.outbox, "key_hash", False)  # as a table made before the column existed
-        with pytest.raises(Exception, match=r"init-db --table .* --shards 4"):
+        # The command runs as printed: the data source included.
+        with pytest.raises(Exception, match=r"init-db --data-source '.+' --table .* --shards 4`"):
             binding.for_shard(4, 0)
         binding.dispose()
     finally:

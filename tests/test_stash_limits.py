@@ -10,7 +10,7 @@ from pyharvest import KeyTooLongError, OutboxTableMissingError, RecordTooLargeEr
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.records import InvalidRecordError, OutboxRecord
 from pyharvest.plugins.api import KEY_LENGTH
-from pyharvest.stash_errors import KAFKA_MESSAGE_MAX_BYTES
+from pyharvest.stash_errors import DEFAULT_MAX_RECORD_BYTES, PRODUCER_MESSAGE_MAX_BYTES
 from pyharvest.stasher import Stasher
 
 
@@ -65,7 +65,10 @@ def test_a_record_over_max_record_bytes_is_refused_and_nothing_is_written(outbox
     huge = OutboxRecord("t", "k", b"x" * (5 * 1024 * 1024))
     for error in every_way(engine, table, small, huge):
         assert isinstance(error, RecordTooLargeError)
-        assert str(KAFKA_MESSAGE_MAX_BYTES) in str(error) and "max.message.bytes" in str(error)
+        # Which settings to raise, and where: the stasher's, the reaper's producer's, the topic's.
+        assert f"max_record_bytes={DEFAULT_MAX_RECORD_BYTES}" in str(error)
+        assert "message.max.bytes in the reaper's producerKafkaConfig" in str(error)
+        assert "max.message.bytes" in str(error)
     # Per stasher; the headers count (name and value) as Kafka counts them.
     header_heavy = OutboxRecord("t", "k", b"12345", [("name", "é" * 50)])  # 1 + 5 + 4 + 100 bytes
     for error in every_way(engine, table, small, header_heavy, max_record_bytes=109):
@@ -73,7 +76,7 @@ def test_a_record_over_max_record_bytes_is_refused_and_nothing_is_written(outbox
     assert rows(engine, table) == 0
     with engine.begin() as tx:
         Stasher(table, max_record_bytes=110).stash(tx, header_heavy)
-        Stasher(table, max_record_bytes=None).stash(tx, OutboxRecord("t", "k", b"x" * (KAFKA_MESSAGE_MAX_BYTES + 1)))
+        Stasher(table, max_record_bytes=None).stash(tx, OutboxRecord("t", "k", b"x" * (PRODUCER_MESSAGE_MAX_BYTES + 1)))
     assert rows(engine, table) == 2
 
 
@@ -95,3 +98,54 @@ def test_max_record_bytes_is_checked() -> None:
     for bad in (0, -1, 1.5, "1MB", True):
         with pytest.raises(ValueError, match="max_record_bytes"):
             Stasher("outbox", max_record_bytes=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("key", "complaint"),
+    [("order\x00-42", "NUL"), ("order-\udcff", "not valid Unicode")],
+    ids=["nul", "lone-surrogate"],
+)
+def test_a_key_no_database_can_store_is_refused_before_anything_is_written(outbox, key: str, complaint: str) -> None:  # type: ignore[no-untyped-def]
+    engine, table = outbox
+    good = OutboxRecord("t", "k", b"v")
+    for error in every_way(engine, table, good, OutboxRecord("t", key, b"v")):
+        assert type(error) is InvalidRecordError, error  # not the driver's DataError or UnicodeEncodeError
+        assert "record key" in str(error) and complaint in str(error)
+    assert rows(engine, table) == 0
+
+
+@pytest.mark.kafka
+def test_the_largest_record_the_stasher_accepts_by_default_is_published_by_default(  # type: ignore[no-untyped-def]
+    outbox, kafka_config, kafka_bootstrap, topic_name
+) -> None:
+    """The stasher's default limit and the harvester's producer's default agree: what one
+    accepts, the other publishes (it used to be stashed, then retried forever)."""
+    import time
+    import uuid
+
+    from pyharvest import Config, Harvest, Limits
+    from pyharvest.stash_limits import record_bytes
+    from tests.kafka_tools import create_topic, read_topic
+
+    engine, table = outbox
+    create_topic(kafka_bootstrap, topic_name, partitions=1)
+    headers = [("traceparent", "00-" + "a" * 32 + "-" + "b" * 16 + "-01")]
+    base = record_bytes(OutboxRecord(topic_name, "big", b"", headers))
+    largest = OutboxRecord(topic_name, "big", b"x" * (DEFAULT_MAX_RECORD_BYTES - base), headers)
+    assert record_bytes(largest) == DEFAULT_MAX_RECORD_BYTES
+    with engine.begin() as tx:
+        stasher.stash(tx, largest, table=table)
+        stasher.stash(tx, OutboxRecord(topic_name, "big", b"after"), table=table)
+    config = Config(
+        base_kafka_config=dict(kafka_config), leader_group_id=f"limits-{uuid.uuid4().hex[:8]}",
+        data_source=str(engine.url.render_as_string(hide_password=False)), outbox_table=table,
+        limits=Limits(heartbeat_timeout=2.0, min_poll_interval=0.05),
+    )
+    with Harvest(config) as harvest:
+        deadline = time.monotonic() + 60
+        while rows(engine, table):
+            assert time.monotonic() < deadline, "the largest record was never published"
+            time.sleep(0.2)
+    assert harvest.metrics.delivery_errors == {}
+    values = [v for _p, _k, v, _h in read_topic(kafka_bootstrap, topic_name, expect=2)]
+    assert values[0] == largest.value and values[-1] == b"after"

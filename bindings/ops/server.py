@@ -7,6 +7,11 @@
   otherwise. Both answer a JSON body saying what is up and what is down; ``/readyz``'s
   includes whether the change feed (PostgreSQL's ``LISTEN`` connection) is connected.
 * ``/metrics`` — the Prometheus exposition (OpenMetrics when the scraper asks for it).
+
+None of them waits on the database or the broker: they read the harvester's last known state
+(the database is pinged in the background, :class:`~pyharvest.core.health.DatabaseProbe`), so
+they answer at once during an outage too, ``/readyz`` with 503 and what is down and why. A
+client that hangs up before its answer is sent is logged in one line.
 """
 
 from __future__ import annotations
@@ -64,6 +69,8 @@ def health_report(harvest: HarvestEngine | ShardedHarvestEngine) -> tuple[bool, 
     }
     if down:
         body["down"] = down
+    if health.database_connected is False and health.database_error:
+        body["errors"] = {"database": health.database_error}
     return health.ready, body
 
 
@@ -93,9 +100,14 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json(HTTPStatus.OK, {"endpoints": ["/metrics", "/healthz", "/readyz"]}, send_body)
             else:
                 self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {path}"}, send_body)
+        except _HUNG_UP as e:
+            _client_gone(self.address_string(), path, e)
         except Exception as e:  # noqa: BLE001 - a probe must get an answer, not a reset connection
             log.warning("error serving %s: %s", path, e, exc_info=log.isEnabledFor(logging.DEBUG))
-            self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(e).__name__}: {e}"}, send_body)
+            try:
+                self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(e).__name__}: {e}"}, send_body)
+            except _HUNG_UP as gone:
+                _client_gone(self.address_string(), path, gone)
 
     def _metrics(self, ops: OpsServer, send_body: bool) -> None:
         from prometheus_client.exposition import choose_encoder
@@ -119,10 +131,29 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s - %s", self.address_string(), format % args)
 
 
+# A client that closed its connection before (or while) its answer was written.
+_HUNG_UP = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+
+def _client_gone(client: str, path: str, error: BaseException) -> None:
+    log.info("client %s hung up before the answer to %s was sent (%s)", client, path, type(error).__name__)
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     ops: OpsServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # socketserver's default prints a traceback to stderr; one line in the log instead.
+        import sys
+
+        error = sys.exc_info()[1]
+        client = client_address[0] if isinstance(client_address, tuple) else str(client_address)
+        if isinstance(error, _HUNG_UP):
+            _client_gone(client, "its request", error)
+        else:
+            log.warning("error serving %s: %s", client, error, exc_info=log.isEnabledFor(logging.DEBUG))
 
 
 class OpsServer:

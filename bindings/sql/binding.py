@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from pyharvest.bindings.sql.change_feed import OutboxChangeFeed
 from pyharvest.bindings.sql.quarantine import QuarantinedKey, QuarantineTable
+from pyharvest.bindings.sql.schema import init_db_command, missing_table, table_missing
 from pyharvest.bindings.sql.statements import OutboxStatements
 from pyharvest.core.binding import QuarantineEntry
 from pyharvest.core.errors import BindingError
@@ -79,6 +80,10 @@ class SqlBinding:
         statements = OutboxStatements.build(outbox, dialect)
         self._purge, self._reset, self._reset_own = statements.purge, statements.reset, statements.reset_own
         self._count = statements.count
+        # The ping's look at the table: reads no row, fails if the table is gone.
+        self._table_probe: sa.Select[Any] = (
+            sa.select(sa.literal_column("1")).select_from(outbox.table).where(sa.false())
+        )
         self._owns_engine = True
         #: Where the dialect can listen (PostgreSQL), what wakes an idle engine; shared by shards.
         self.change_feed = change_feed or OutboxChangeFeed(engine, dialect, outbox.name)
@@ -95,7 +100,7 @@ class SqlBinding:
         if not self.outbox.key_hash:
             raise BindingError(
                 f"outbox table {str(self.outbox.name)!r} has no kafka_key_hash column, so its rows cannot be "
-                f"placed in shards; add it with `reaper init-db --table {self.outbox.name} --shards {shards}`"
+                f"placed in shards; add it with {init_db_command(self.engine, self.outbox.name, f' --shards {shards}')}"
             )
         shard_filter = functools.partial(self.dialect.shard_filter, shards=shards, shard=shard)
         outbox = self.outbox.where(shard_filter)
@@ -118,7 +123,10 @@ class SqlBinding:
         if limit <= 0:
             return []
         with self.engine.connect() as conn:
-            rows = self.marker.mark(conn, leader_id, limit)
+            try:
+                rows = self.marker.mark(conn, leader_id, limit)
+            except sa.exc.DBAPIError as e:
+                raise self._explained(e) from e
         decode = self.outbox.decode
         records: list[OutboxRecord] = []
         append = records.append
@@ -219,9 +227,24 @@ class SqlBinding:
             return int(conn.execute(self._count).scalar_one())
 
     def ping(self) -> None:
-        """``SELECT 1``: raises if the database does not answer."""
+        """``SELECT 1``, then a look at the outbox table that reads no row: raises if the
+        database does not answer, :class:`~pyharvest.core.errors.TableNotFoundError` if the
+        table is gone (dropped while the harvester runs)."""
         with self.engine.connect() as conn:
             conn.execute(_PING).scalar_one()
+            try:
+                conn.execute(self._table_probe).all()
+            except sa.exc.DBAPIError as e:
+                raise self._explained(e) from e
+
+    def _explained(self, error: sa.exc.DBAPIError) -> Exception:
+        """``error``, or the missing table's error (with its ``init-db`` hint, as at start) when
+        that is what it was: asked of the database, not read from the driver's message. Only
+        for a statement that failed on a connection that worked: a database that does not
+        answer is not asked again."""
+        if not error.connection_invalidated and table_missing(self.engine, self.outbox.name):
+            return missing_table(self.engine, self.outbox.name, self.dialect)
+        return error
 
     # ------------------------------------------------------------------ change feed
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from pyharvest.core.errors import BindingError, ConfigError
 from pyharvest.plugins.api import Dialect, dialect_for_backend, is_libpq_dsn, load_dialect, mask_url
 
-__all__ = ["POOL_SIZE", "create_engine", "resolve"]
+__all__ = ["POOL_SIZE", "create_engine", "load_driver", "resolve"]
 
 # The mark thread and the purge/reset thread each hold one connection at a time.
 POOL_SIZE = 2
@@ -55,8 +55,43 @@ def _parse(text: str) -> sa.URL:
         ) from None
 
 
+def load_driver(url: sa.URL, plugin: Dialect) -> None:
+    """Import the data source's driver, as creating its engine does; a driver SQLAlchemy does
+    not know is a :class:`ConfigError`, one not installed a :class:`BindingError` saying which
+    package to install (from the dialect's ``driver_packages``)."""
+    shown = url.render_as_string(hide_password=True)
+    backend = url.get_backend_name()
+    packages = dict(plugin.capabilities.driver_packages)
+    try:
+        dialect_cls = url.get_dialect()
+    except NoSuchModuleError:
+        known = f": use one of {', '.join(packages)} ({backend}+DRIVER://...)" if packages else ""
+        raise ConfigError(
+            "dataSource", f"SQLAlchemy has no driver {url.get_driver_name()!r} for {backend} in {shown}{known}"
+        ) from None
+    try:
+        dialect_cls.import_dbapi()
+    except ImportError as e:
+        driver = dialect_cls.driver
+        package = packages.get(driver)
+        install = (
+            f"pip install '{package}'" if package and not package.startswith("(")
+            else f"install the package that provides the module {e.name!r}"
+        )
+        default = next(iter(packages.items()), None)
+        alternative = (
+            f", or use the driver pyharvest installs ({backend}+{default[0]}://: pip install '{default[1]}')"
+            if default is not None and default[0] != driver else ""
+        )
+        raise BindingError(
+            f"the {driver!r} driver of {shown} is not installed (no module named {e.name!r}): "
+            f"{install}{alternative}"
+        ) from None
+
+
 def create_engine(url: sa.URL, plugin: Dialect, **overrides: Any) -> sa.Engine:
     """An engine with the plugin's options and session hooks and a small pool."""
+    load_driver(url, plugin)  # a missing driver says which package to install
     options: dict[str, Any] = {"pool_size": POOL_SIZE, "max_overflow": 2, "pool_recycle": 1800}
     options.update(plugin.engine_options(url))
     options.update(overrides)

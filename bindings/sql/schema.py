@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import NoSuchTableError
 
 from pyharvest.bindings.sql.connect import create_engine, resolve
-from pyharvest.core.errors import BindingError
+from pyharvest.core.errors import BindingError, TableNotFoundError
 from pyharvest.core.shards import key_hash
 from pyharvest.plugins.api import (
     KEY_HASH_COLUMN,
@@ -31,6 +31,8 @@ __all__ = [
     "create_outbox_table",
     "has_key_hash",
     "has_shard_index",
+    "init_db_command",
+    "missing_table",
     "prepare_shards",
     "schema_ddl",
     "shard_index_name",
@@ -157,6 +159,31 @@ def fill_key_hashes(engine: sa.Engine, outbox: OutboxTable, batch: int = 1000) -
         after = rows[-1][0]
 
 
+def init_db_command(engine: sa.Engine, name: TableName, options: str = "") -> str:
+    """The ``reaper init-db`` command for ``name`` at ``engine``'s database, as it runs when
+    printed: the data source included (its password masked, and said so)."""
+    url = engine.url.render_as_string(hide_password=True)
+    password = " (with the password in place of ***)" if engine.url.password else ""
+    return f"`reaper init-db --data-source '{url}' --table {name}{options}`{password}"
+
+
+def missing_table(engine: sa.Engine, name: TableName, plugin: Dialect) -> TableNotFoundError:
+    """The one error for a missing outbox table, at start or mid-run: where it was looked for,
+    and an ``init-db`` command that runs as printed (but for a masked password)."""
+    return TableNotFoundError(
+        str(name), f"at {engine.url.render_as_string(hide_password=True)}",
+        f"{init_db_command(engine, name)} (or `reaper schema --binding {plugin.name}` to see the DDL)",
+    )
+
+
+def table_missing(engine: sa.Engine, name: TableName) -> bool:
+    """Whether ``name`` is known not to exist; False when the database cannot tell now."""
+    try:
+        return not sa.inspect(engine).has_table(name.name, schema=name.schema)
+    except Exception:  # noqa: BLE001 - the database is down rather than the table gone
+        return False
+
+
 def check_table(engine: sa.Engine, name: TableName, plugin: Dialect, layout: str | None = None) -> str:
     """Check the table exists with the columns of its layout; return the layout.
 
@@ -166,15 +193,12 @@ def check_table(engine: sa.Engine, name: TableName, plugin: Dialect, layout: str
     try:
         reflected = sa.inspect(engine).get_columns(name.name, schema=name.schema)
     except NoSuchTableError:
-        raise BindingError(
-            f"outbox table {str(name)!r} does not exist {where}; create it with "
-            f"`reaper init-db --table {name}` (or `reaper schema --binding {plugin.name}` to see the DDL)"
-        ) from None
+        raise missing_table(engine, name, plugin) from None
     except sa.exc.OperationalError as e:
         raise BindingError(f"cannot inspect outbox table {str(name)!r} {where}: {str(e.orig).splitlines()[0]}") from e
     columns: dict[str, Any] = {c["name"].lower(): c for c in reflected}
     if not columns:  # some backends report a missing table as no columns
-        raise BindingError(f"outbox table {str(name)!r} does not exist {where}; create it with `reaper init-db`")
+        raise missing_table(engine, name, plugin)
     if layout is None:
         layout = plugin.detect_layout(columns) or NATIVE
     _layout_supported(plugin, layout)

@@ -25,3 +25,7 @@ class Capabilities:
     #: None when the dialect binds one array, whatever its length. Oracle's IN lists stop at
     #: 1,000 and SQL Server takes 2,100 parameters a statement.
     list_limit: int | None = 1000
+    #: The SQLAlchemy drivers of this database (the ``+driver`` of a URL) and the pip
+    #: requirement that installs each, the first the one pyharvest's extra installs: what a
+    #: data source whose driver is missing is told to install.
+    driver_packages: tuple[tuple[str, str], ...] = ()

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyharvest.core.config import Config, read_yaml_file
+from pyharvest.core.config import Config, read_yaml_file, resolve_section
 from pyharvest.core.errors import ConfigError
 
 __all__ = ["OutboxTarget", "add_file_argument", "kafka_properties", "outbox_target", "read_file_sections"]
@@ -62,7 +62,7 @@ def outbox_target(args: argparse.Namespace) -> OutboxTarget:
             raise ConfigError(
                 "harvest", f"{args.file} has no 'harvest:' section to take the outbox's data source and table from"
             )
-        config = Config.from_mapping(data["harvest"]).resolve()
+        config = resolve_section(Config.from_mapping(data["harvest"]))
     data_source = args.data_source or (config.data_source if config is not None else None)
     if not data_source:
         raise ConfigError("--data-source", "give -f reaper.yaml (preferred: no password on the command line) "

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import shlex
 import signal
 import sys
 import threading
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
-from pyharvest.commands.exits import EXIT_OK
+from pyharvest.commands.exits import EXIT_FAILURE, EXIT_OK, error_exit
 
 __all__ = ["cmd_inbox", "load_handler", "main", "register"]
 
@@ -100,6 +101,19 @@ def cmd_inbox(args: argparse.Namespace) -> int:
                         topic=args.topic,
                         key=None if args.key is None else args.key.encode(),
                     )
+                which = " and ".join(
+                    f"{what} {value!r}" for what, value in (("topic", args.topic), ("key", args.key)) if value
+                )
+                if n == 0 and which:
+                    # A mistyped key or topic must not read as a replay that happened.
+                    return error_exit(
+                        f"nothing is stored for {which} in group {inbox_cfg.group_id!r}: no message to replay "
+                        f"(`reaper inbox -f {shlex.quote(args.file)} --dead-letters` lists what is stored)",
+                        EXIT_FAILURE,
+                    )
+                if n == 0:
+                    print(f"nothing is stored in group {inbox_cfg.group_id!r}: no message to replay")
+                    return EXIT_OK
                 print(f"replay requested for {n} stored message(s); the consumers owning their partitions replay them")
                 return EXIT_OK
             print("inbox tables are ready")
