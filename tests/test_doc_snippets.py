@@ -38,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,9 +148,28 @@ def test_markers_parse() -> None:
             assert block.mode != "until-stopped" or block.ready is None or block.ready
 
 
+@pytest.fixture(scope="module")
+def pages_bootstrap(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A broker with no topics yet. The pages name fixed topics (``orders``), and
+    ``make kafka``'s broker keeps its data across runs: ``verify``'s example would read an
+    earlier run's records. So the pages get a private Apache Kafka of their own; on the
+    embedded broker (in memory, new each session) or a cluster named in
+    ``PYHARVEST_TEST_KAFKA``, the session's broker."""
+    from tests.fixtures.kafka import broker_choice
+
+    if broker_choice() != "apache":
+        yield request.getfixturevalue("kafka_bootstrap")
+        return
+    from tests.faults.apache import ApacheKafka
+
+    with ApacheKafka(tmp_path_factory.mktemp("pages-kafka")) as kafka:
+        yield kafka.bootstrap_servers
+
+
 @pytest.mark.timeout(PAGE_TIMEOUT + 60)
 @pytest.mark.parametrize("page", [p for p in PAGES if any(b.mode != "skip" for b in blocks_of(p))], ids=_ids)
-def test_page_snippets_run(page: Path, kafka_bootstrap: str, tmp_path: Path) -> None:
+def test_page_snippets_run(page: Path, pages_bootstrap: str, tmp_path: Path) -> None:
+    kafka_bootstrap = pages_bootstrap
     blocks = [b for b in blocks_of(page) if b.mode != "skip"]
     import importlib.util
 
