@@ -13,7 +13,10 @@ import threading
 from enum import Enum
 from typing import Self
 
+from pyharvest.core.config import Config
+from pyharvest.core.errors import HarvestError, KafkaPropertyError
 from pyharvest.core.events import Event, EventHandler
+from pyharvest.core.kafka_origins import explain_harvest_refusal
 from pyharvest.core.logs import log
 
 __all__ = ["Lifecycle", "State"]
@@ -30,7 +33,11 @@ class State(Enum):
 
 
 class Lifecycle:
-    """The life cycle and event delivery of a harvester; subclasses implement ``start``."""
+    """The life cycle and event delivery of a harvester. Subclasses connect in :meth:`_open`,
+    undo a half-done :meth:`_open` in :meth:`_close_resources`, and start their threads in
+    :meth:`_launch`."""
+
+    config: Config
 
     def __init__(self) -> None:
         self._state = State.CREATED
@@ -44,6 +51,29 @@ class Lifecycle:
         return self._state
 
     def start(self) -> None:
+        """Connect and start harvesting in the background. Errors at start-up (unreachable
+        database, missing table, unreachable broker) are raised here."""
+        if self._state is not State.CREATED:
+            raise HarvestError(f"cannot start a harvester that is {self._state.value}")
+        try:
+            self._open()
+        except BaseException as e:
+            self._close_resources()
+            self._state = State.STOPPED
+            self._stopped.set()
+            if isinstance(e, KafkaPropertyError):
+                raise explain_harvest_refusal(e, self.config) from None
+            raise
+        self._state = State.RUNNING
+        self._launch()
+
+    def _open(self) -> None:
+        raise NotImplementedError
+
+    def _launch(self) -> None:
+        raise NotImplementedError
+
+    def _close_resources(self) -> None:
         raise NotImplementedError
 
     def set_event_handler(self, handler: EventHandler) -> None:

@@ -84,7 +84,7 @@ def run_harvest(cfg: ReaperConfig, *, print_config: bool = False) -> int:
     from pyharvest.bindings.ops import start_ops_server
     from pyharvest.bindings.ops.config import OpsConfig
     from pyharvest.envconfig import env_overrides
-    from pyharvest.harvest import Harvest, ShardedHarvest
+    from pyharvest.harvest import Harvest
 
     harvest_cfg = resolve_section(cfg.harvest)
     # A 'metrics:' section (even empty) turns on /metrics, /healthz and /readyz.
@@ -108,7 +108,7 @@ def run_harvest(cfg: ReaperConfig, *, print_config: bool = False) -> int:
         return EXIT_OK
     for override in env_overrides():
         log.info("%s set from %s: %r", override.key, override.variable, override.masked_value())
-    harvest = Harvest(harvest_cfg) if harvest_cfg.shards == 1 else ShardedHarvest(harvest_cfg)
+    harvest = Harvest(harvest_cfg)
     stop_requested = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

@@ -324,14 +324,35 @@ def test_fenced_event_comes_before_in_flight_records_resolve():
 
 
 def test_the_facades_take_the_event_handler_at_construction():
-    from pyharvest import Harvest, ShardedHarvest
+    from pyharvest import Harvest
 
     db = FakeBinding()
     events: list[object] = []
     cfg = make(db, FakeKafka()).config
-    with Harvest(cfg, binding=db, kafka=FakeKafka(), on_event=events.append):
+    with Harvest(cfg, binding=db, kafka=FakeKafka(), on_event=events.append) as h:
         fill(db, 10, 2)
         wait_until(lambda: any(isinstance(e, LeaderAcquired) for e in events))
+        assert h.leading_shards == [0] and h.engines == {0: h.runner}
     assert any(isinstance(e, LeaderRevoked) for e in events)
-    sharded = ShardedHarvest(cfg, binding=db, kafka=FakeKafka(), on_event=events.append)  # type: ignore[arg-type]
-    assert sharded._event_handler == events.append
+
+
+def test_one_harvest_honours_shards_and_sharded_harvest_is_its_deprecated_name():
+    from dataclasses import replace
+
+    from pyharvest import ConfigError, Harvest, ShardedHarvest
+    from pyharvest.core.sharded import ShardedHarvestEngine
+
+    db = FakeBinding()
+    cfg = replace(make(db, FakeKafka()).config, shards=4)
+    events: list[object] = []
+    harvest = Harvest(cfg, binding=lambda: db, kafka=FakeKafka(), on_event=events.append)  # type: ignore[arg-type,return-value]
+    assert isinstance(harvest.runner, ShardedHarvestEngine)
+    assert harvest.runner._event_handler == events.append
+    with pytest.raises(AttributeError, match="one engine per shard"):
+        _ = harvest.metrics
+    # A binding that cannot mark a shard's rows is refused before anything connects.
+    with pytest.raises(ConfigError, match="cannot mark a shard's rows"):
+        Harvest(cfg, binding=db, kafka=FakeKafka())
+    with pytest.warns(DeprecationWarning, match="Harvest harvests in config.shards shards"):
+        sharded = ShardedHarvest(cfg, binding=lambda: db, kafka=FakeKafka())  # type: ignore[arg-type,return-value]
+    assert isinstance(sharded, Harvest) and isinstance(sharded.runner, ShardedHarvestEngine)

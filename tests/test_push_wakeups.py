@@ -231,7 +231,7 @@ def test_other_databases_back_off_when_idle_and_records_still_flow(
 
 
 def test_the_shards_of_an_outbox_share_one_listening_connection(kafka_config, kafka_bootstrap, topic_name, pg_url):
-    from pyharvest import ShardedHarvest
+    from pyharvest import Harvest
 
     table = unique_table()
     create_outbox_table(pg_url, table, shards=2)
@@ -243,7 +243,7 @@ def test_the_shards_of_an_outbox_share_one_listening_connection(kafka_config, ka
         limits=Limits(heartbeat_timeout=2.0, min_poll_interval=0.05, mark_backoff=0.01, max_mark_backoff=LONG_PAUSE),
     )
     try:
-        with ShardedHarvest(config) as h:
+        with Harvest(config) as h:
             wait_until(lambda: len(h.leading_shards) == 2)
             time.sleep(2.0)  # both shards idle, their pauses long
             assert h.health().change_feed_connected is True

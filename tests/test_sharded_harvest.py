@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from pyharvest import Config, LeaderAcquired, Limits, ShardedHarvest
+from pyharvest import Config, Harvest, LeaderAcquired, Limits
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.shards import shard_of
 from tests.kafka_tools import create_topic, read_topic, values_per_key
@@ -45,8 +45,8 @@ def test_two_harvesters_share_the_shards_and_one_takes_over(
     create_topic(kafka_bootstrap, topic_name, partitions=4)
     group = f"sharded-{uuid.uuid4().hex[:8]}"
     events: list[tuple[str, object]] = []
-    first = ShardedHarvest(sharded_config(kafka_config, database_url, table_name, group))
-    second = ShardedHarvest(sharded_config(kafka_config, database_url, table_name, group))
+    first = Harvest(sharded_config(kafka_config, database_url, table_name, group))
+    second = Harvest(sharded_config(kafka_config, database_url, table_name, group))
     first.set_event_handler(lambda e: events.append(("first", e)))
     second.set_event_handler(lambda e: events.append(("second", e)))
     first.start()
@@ -97,7 +97,7 @@ def test_changing_the_number_of_shards_keeps_order(kafka_config, kafka_bootstrap
     try:
         two = sharded_config(kafka_config, database_url, table_name, group)
         two.shards = 2
-        with ShardedHarvest(two) as harvest:
+        with Harvest(two) as harvest:
             wait_for("two shards led", lambda: harvest.leading_shards == [0, 1])
             time.sleep(2)
         # 1. every harvester is stopped (mid-stream: the writer goes on)
@@ -107,10 +107,10 @@ def test_changing_the_number_of_shards_keeps_order(kafka_config, kafka_bootstrap
         three = sharded_config(kafka_config, database_url, table_name, group)
         three.shards = 3
         with pytest.raises(TopicError, match="has 2 partition.*shards is 3.*new leaderTopic"):
-            ShardedHarvest(three).start()
+            Harvest(three).start()
         three.leader_topic = f"{group}.neli.3"
         # 4. start with the new number
-        with ShardedHarvest(three) as harvest:
+        with Harvest(three) as harvest:
             wait_for("three shards led", lambda: harvest.leading_shards == [0, 1, 2])
             time.sleep(2)
             writer.stop()
@@ -134,7 +134,7 @@ def test_metrics_and_probes_per_shard(kafka_config, kafka_bootstrap, database_ur
     create_topic(kafka_bootstrap, topic_name, partitions=1)
     cfg = sharded_config(kafka_config, database_url, table_name, f"metrics-{uuid.uuid4().hex[:8]}")
     cfg.shards = 2
-    harvest = ShardedHarvest(cfg)
+    harvest = Harvest(cfg)
     ops = start_ops_server(harvest, {"address": "127.0.0.1", "port": 0, "backlogInterval": "50ms"})
     assert ops is not None
     try:
