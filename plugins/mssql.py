@@ -98,6 +98,15 @@ def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence
 
 
 @hookimpl
+def pyharvest_key_hash_guard(table: OutboxTable, name: str) -> Sequence[str]:
+    # WITH NOCHECK: new rows are checked at once, existing ones are left for init-db to fill in.
+    return [
+        f"ALTER TABLE {table.name.quoted(_preparer)} WITH NOCHECK ADD CONSTRAINT {_preparer.quote(name)} "
+        "CHECK (kafka_key_hash IS NOT NULL)"
+    ]
+
+
+@hookimpl
 def pyharvest_upsert_from_select(
     target: sa.Table, source: sa.Select[Any], keys: Sequence[str], order: Sequence[sa.ColumnElement[Any]]
 ) -> sa.Executable:

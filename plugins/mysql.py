@@ -94,6 +94,17 @@ def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence
 
 
 @hookimpl
+def pyharvest_key_hash_guard(table: OutboxTable, name: str) -> Sequence[str]:
+    # A CHECK constraint added later would check the existing rows too: a trigger checks new ones only.
+    schema = f"{_preparer.quote(table.name.schema)}." if table.name.schema else ""
+    return [
+        f"CREATE TRIGGER {schema}{_preparer.quote(name)} BEFORE INSERT ON {table.name.quoted(_preparer)} "
+        f"FOR EACH ROW IF NEW.kafka_key_hash IS NULL THEN "
+        f"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{name}: a row needs its kafka_key_hash'; END IF"
+    ]
+
+
+@hookimpl
 def pyharvest_upsert_from_select(
     target: sa.Table, source: sa.Select[Any], keys: Sequence[str], order: Sequence[sa.ColumnElement[Any]]
 ) -> sa.Executable:

@@ -294,6 +294,15 @@ def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence
 
 
 @hookimpl
+def pyharvest_key_hash_guard(table: OutboxTable, name: str) -> Sequence[str]:
+    # NOT VALID: new rows are checked at once, existing ones are left for init-db to fill in.
+    return [
+        f"ALTER TABLE {table.name.quoted(_preparer)} ADD CONSTRAINT {_preparer.quote(name)} "
+        "CHECK (kafka_key_hash IS NOT NULL) NOT VALID"
+    ]
+
+
+@hookimpl
 def pyharvest_insert_new_keys(
     connection: sa.Connection, table: sa.Table, key_column: str, keys: Sequence[Any], values: Mapping[str, Any]
 ) -> Collection[Any] | None:

@@ -10,7 +10,7 @@ An in-memory database (``sqlite://``) is private to one connection: use a file.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,6 +23,7 @@ from pyharvest.plugins.api import (
     MarkStrategy,
     OutboxTable,
     ReturningMark,
+    TableName,
     expression_index_ddl,
     hookimpl,
 )
@@ -90,6 +91,27 @@ def pyharvest_mark_strategy(table: OutboxTable) -> MarkStrategy:
 def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence[str]:
     # SQLAlchemy does not reflect expression indexes on SQLite: IF NOT EXISTS keeps init-db idempotent.
     return [expression_index_ddl(_preparer, table, shards, index, if_not_exists=True)]
+
+
+@hookimpl
+def pyharvest_key_hash_guard(table: OutboxTable, name: str) -> Sequence[str]:
+    # SQLite cannot add a constraint to a table: a trigger refuses new rows instead.
+    schema = f"{_preparer.quote(table.name.schema)}." if table.name.schema else ""
+    return [
+        f"CREATE TRIGGER IF NOT EXISTS {schema}{_preparer.quote(name)} BEFORE INSERT ON "
+        f"{_preparer.quote(table.name.name)} WHEN NEW.kafka_key_hash IS NULL "
+        f"BEGIN SELECT RAISE(ABORT, '{name}: a row needs its kafka_key_hash'); END"
+    ]
+
+
+@hookimpl
+def pyharvest_index_names(connection: sa.Connection, table: TableName) -> Collection[str]:
+    # SQLAlchemy does not reflect SQLite's expression indexes (the shard index is one).
+    schema = f"{_preparer.quote(table.schema)}." if table.schema else ""
+    rows = connection.exec_driver_sql(
+        f"SELECT name FROM {schema}sqlite_master WHERE type = 'index' AND tbl_name = ?", (table.name,)
+    )
+    return [r[0] for r in rows]
 
 
 @hookimpl

@@ -13,14 +13,32 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
-from pyharvest.plugins.api import KEY_HASH_COLUMN, NATIVE, BulkWriter, OutboxTable, TableName, dialect_of
-from pyharvest.stash_errors import OutboxTableMissingError
+from pyharvest.plugins.api import (
+    KEY_HASH_COLUMN,
+    KEY_HASH_GUARD_SUFFIX,
+    NATIVE,
+    BulkWriter,
+    OutboxTable,
+    TableName,
+    dialect_of,
+)
+from pyharvest.stash_errors import OutboxTableChangedError, OutboxTableMissingError
 from pyharvest.stash_limits import KEY_COLUMN
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
-__all__ = ["Bulk", "TableShape", "ashape_of", "bulk_writer_of", "forced", "forget_bulk_writer", "shape_of", "statement"]
+__all__ = [
+    "Bulk",
+    "TableShape",
+    "ashape_of",
+    "bulk_writer_of",
+    "forced",
+    "forget_bulk_writer",
+    "refused_for_key_hash",
+    "shape_of",
+    "statement",
+]
 
 class TableShape(NamedTuple):
     """What the stasher needs to know of a table, looked up once per engine."""
@@ -120,6 +138,24 @@ def bulk_writer_of(conn: sa.Connection, outbox: OutboxTable) -> Bulk | None:
 def forget_bulk_writer(engine: sa.Engine, outbox: OutboxTable) -> None:
     with _lock:
         _bulk_writers.get(engine, {}).pop((outbox.name, outbox.layout), None)
+
+
+def refused_for_key_hash(
+    error: sa.exc.DBAPIError, engine: sa.Engine, outbox: OutboxTable
+) -> OutboxTableChangedError | None:
+    """What to raise instead of ``error`` when it is the table's key hash guard refusing a row
+    written without a hash, by a shape looked up before ``reaper init-db --shards`` added the
+    column; the shape is forgotten, so that the transaction run again reads the table anew."""
+    if outbox.key_hash or KEY_HASH_GUARD_SUFFIX not in str(error).lower():
+        return None
+    with _lock:
+        _shapes.get(engine, {}).pop(outbox.name, None)
+        _bulk_writers.get(engine, {}).pop((outbox.name, outbox.layout), None)
+    return OutboxTableChangedError(
+        f"the outbox table {outbox.name} now refuses rows without a key hash (`reaper init-db --shards` made it "
+        "ready for shards after this process had read it): roll this transaction back and run it again; "
+        "the stasher has reread the table and will store the hash"
+    )
 
 
 def statement(dialect: str, table: TableName, shape: tuple[str, bool]) -> tuple[OutboxTable, sa.Insert]:

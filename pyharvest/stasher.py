@@ -38,7 +38,10 @@ once per engine (``layout=`` forces one); the same look-up reads the key column'
 
 Before anything is written, a key longer than the table's key column, a record over
 ``max_record_bytes`` and a missing table are refused: :class:`KeyTooLongError`,
-:class:`RecordTooLargeError`, :class:`OutboxTableMissingError`.
+:class:`RecordTooLargeError`, :class:`OutboxTableMissingError`. A table that ``reaper init-db
+--shards`` made ready for shards after this process read it refuses the process's rows once
+(:class:`OutboxTableChangedError`): run the transaction again, and the stasher stores each
+row's key hash from then on.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from pyharvest.stash_errors import (
     DEFAULT_MAX_RECORD_BYTES,
     KAFKA_MESSAGE_MAX_BYTES,
     KeyTooLongError,
+    OutboxTableChangedError,
     OutboxTableMissingError,
     RecordTooLargeError,
 )
@@ -69,6 +73,7 @@ from pyharvest.stash_tables import (
     bulk_writer_of,
     forced,
     forget_bulk_writer,
+    refused_for_key_hash,
     shape_of,
     statement,
 )
@@ -85,6 +90,7 @@ __all__ = [
     "AsyncPreparedStasher",
     "BatchStasher",
     "KeyTooLongError",
+    "OutboxTableChangedError",
     "OutboxTableMissingError",
     "PreparedStasher",
     "RecordTooLargeError",
@@ -188,7 +194,14 @@ class PreparedStasher(_Prepared[sa.Connection]):
         self.bulk = bulk
 
     def stash(self, record: OutboxRecord) -> None:
-        self._conn.execute(self._insert, self._params(record))
+        params = self._params(record)
+        try:
+            self._conn.execute(self._insert, params)
+        except sa.exc.DBAPIError as e:
+            changed = refused_for_key_hash(e, self._conn.engine, self.outbox)
+            if changed is None:
+                raise
+            raise changed from e
 
     def stash_many(self, records: Iterable[OutboxRecord]) -> int:
         """Validate all, then insert all in one executemany (or the dialect's bulk writer,
@@ -201,22 +214,25 @@ class PreparedStasher(_Prepared[sa.Connection]):
         if not params:
             return
         bulk: Bulk | None = None
-        if self.bulk and len(params) > 1:
-            bulk = bulk_writer_of(self._conn, self.outbox)
-            if (
-                bulk is not None
-                and len(params) >= bulk.writer.min_rows
-                and bulk.writer(self._conn, list(map(bulk.row, params)))
-            ):
-                return
         try:
+            if self.bulk and len(params) > 1:
+                bulk = bulk_writer_of(self._conn, self.outbox)
+                if (
+                    bulk is not None
+                    and len(params) >= bulk.writer.min_rows
+                    and bulk.writer(self._conn, list(map(bulk.row, params)))
+                ):
+                    return
             self._conn.execute(self._insert, params)
-        except sa.exc.DBAPIError:
+        except sa.exc.DBAPIError as e:
             if self.bulk and bulk is None:
                 # The dialect may have declined for want of the table, which is why this failed
                 # too: ask it again once the table exists rather than keep executemany for good.
                 forget_bulk_writer(self._conn.engine, self.outbox)
-            raise
+            changed = refused_for_key_hash(e, self._conn.engine, self.outbox)
+            if changed is None:
+                raise
+            raise changed from e
 
 
 class AsyncPreparedStasher(_Prepared["AsyncConnection"]):
@@ -226,14 +242,23 @@ class AsyncPreparedStasher(_Prepared["AsyncConnection"]):
     __slots__ = ()
 
     async def stash(self, record: OutboxRecord) -> None:
-        await self._conn.execute(self._insert, self._params(record))
+        await self._execute(self._params(record))
 
     async def stash_many(self, records: Iterable[OutboxRecord]) -> int:
         """Validate all, then insert all in one executemany; return how many."""
         params = self._params_many(records)
         if params:
-            await self._conn.execute(self._insert, params)
+            await self._execute(params)
         return len(params)
+
+    async def _execute(self, params: dict[str, Any] | list[dict[str, Any]]) -> None:
+        try:
+            await self._conn.execute(self._insert, params)
+        except sa.exc.DBAPIError as e:
+            changed = refused_for_key_hash(e, self._conn.sync_engine, self.outbox)
+            if changed is None:
+                raise
+            raise changed from e
 
 
 class Stasher:

@@ -164,6 +164,32 @@ class Dialect:
             ddl = [expression_index_ddl(self.sqlalchemy_dialect().identifier_preparer, table, shards, index)]
         return list(ddl)
 
+    def key_hash_guard(self, table: OutboxTable, name: str) -> list[str]:
+        """What makes the database refuse new rows without a key hash (constraint or trigger ``name``)."""
+        ddl = self._hook.pyharvest_key_hash_guard(table=table, name=name)
+        if ddl is None:
+            preparer = self.sqlalchemy_dialect().identifier_preparer
+            ddl = [
+                f"ALTER TABLE {table.name.quoted(preparer)} ADD CONSTRAINT {preparer.quote(name)} "
+                "CHECK (kafka_key_hash IS NOT NULL)"
+            ]
+        return list(ddl)
+
+    def index_names(self, connection: sa.Connection, table: TableName) -> set[str]:
+        """The lower-cased names of ``table``'s indexes."""
+        names: Collection[str] | None = self._hook.pyharvest_index_names(connection=connection, table=table)
+        if names is None:
+            import warnings
+
+            import sqlalchemy as sa
+
+            with warnings.catch_warnings():
+                # Expression indexes some backends cannot reflect (their plugin names them instead).
+                warnings.simplefilter("ignore", sa.exc.SAWarning)
+                indexes = sa.inspect(connection).get_indexes(table.name, schema=table.schema)
+            names = [ix.get("name") or "" for ix in indexes]
+        return {n.lower() for n in names}
+
     def insert_new_keys(
         self,
         connection: sa.Connection,

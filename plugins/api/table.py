@@ -34,6 +34,7 @@ from pyharvest.plugins.api.identifiers import TableName
 __all__ = [
     "GOHARVEST",
     "KEY_HASH_COLUMN",
+    "KEY_HASH_GUARD_SUFFIX",
     "KEY_LENGTH",
     "LAYOUTS",
     "NATIVE",
@@ -50,6 +51,9 @@ LAYOUTS = (NATIVE, GOHARVEST)
 #: The native layout's optional column holding the key's hash (:func:`pyharvest.core.shards.key_hash`),
 #: which places a row in a shard when the outbox is harvested in shards.
 KEY_HASH_COLUMN = "kafka_key_hash"
+#: The end of the name of the constraint or trigger that makes a sharded table refuse rows
+#: without a key hash (``pyharvest_key_hash_guard``); its refusals name it.
+KEY_HASH_GUARD_SUFFIX = "_key_hash_required"
 TOPIC_LENGTH = 249  # Kafka's limit
 KEY_LENGTH = 255  # characters; enough for ids, UUIDs and composite keys
 LEADER_ID_LENGTH = 36  # a UUID in text form
