@@ -410,14 +410,8 @@ class HarvestEngine(Lifecycle):
                 log.warning("error closing the change feed: %s", one_line(e))
         producer = self._sender.detach()
         binding, self._binding = self._binding, None
-        for what, close in (
+        self._close_each((
             ("leader election", neli.close if neli is not None else None),
             ("producer", producer.close if producer is not None else None),
             ("database binding", binding.dispose if binding is not None else None),
-        ):
-            if close is None:
-                continue
-            try:
-                close()
-            except Exception as e:  # noqa: BLE001 - keep closing the rest
-                log.warning("error closing %s: %s", what, one_line(e))
+        ))

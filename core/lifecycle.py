@@ -10,6 +10,7 @@ only in what runs.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Self
 
@@ -17,7 +18,7 @@ from pyharvest.core.config import Config
 from pyharvest.core.errors import HarvestError, KafkaPropertyError
 from pyharvest.core.events import Event, EventHandler
 from pyharvest.core.kafka_origins import explain_harvest_refusal
-from pyharvest.core.logs import log
+from pyharvest.core.logs import log, one_line
 
 __all__ = ["Lifecycle", "State"]
 
@@ -104,6 +105,17 @@ class Lifecycle:
     def __exit__(self, *exc: object) -> None:
         self.stop()
         self.join()
+
+    @staticmethod
+    def _close_each(closers: Iterable[tuple[str, Callable[[], object] | None]]) -> None:
+        """Close every resource named, in order, logging what fails and closing the rest."""
+        for what, close in closers:
+            if close is None:
+                continue
+            try:
+                close()
+            except Exception as e:  # noqa: BLE001 - keep closing the rest
+                log.warning("error closing %s: %s", what, one_line(e))
 
     def _wake(self) -> None:
         """Wake the harvester's threads so they see the stop request (if they wait on more)."""

@@ -183,14 +183,8 @@ class ShardedHarvestEngine(Lifecycle):
         # After every engine has stopped: they produce through it and purge through the binding.
         producer, self._producer = self._producer, None
         binding, self._binding = self._binding, None
-        for what, close in (
+        self._close_each((
             ("producer", producer.close if producer is not None else None),
             ("database binding", binding.dispose if binding is not None else None),
-        ):
-            if close is None:
-                continue
-            try:
-                close()
-            except Exception as e:  # noqa: BLE001 - keep closing the rest
-                log.warning("error closing %s: %s", what, one_line(e))
+        ))
 
