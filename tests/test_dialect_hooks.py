@@ -8,6 +8,7 @@ implements none of these hooks gets the generic answers, or a clear "not support
 from __future__ import annotations
 
 import types
+import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -431,3 +432,32 @@ def test_bulk_insert_streams_an_iterator_to_the_writer_once(tmp_path: Any, monke
         with pytest.raises(RuntimeError, match="read once"):  # an iterator is not silently lost
             BulkInsert(seen)(conn, (("s", f"i{i}", now) for i in range(3)))
     engine.dispose()
+
+
+def test_the_upsert_construct_runs_its_standard_merge_on_a_live_database(database_url: str, dialect: str) -> None:
+    """``UpsertFromSelect`` compiles to the SQL standard's ``MERGE`` where no dialect registered
+    a form of its own: run for real where the database has ``MERGE`` (PostgreSQL 15+), so the
+    construct that SQL Server's and Oracle's forms share is proven to execute, keys' last rows won."""
+    from pyharvest.plugins.api import UpsertFromSelect
+
+    if dialect != "postgresql":
+        pytest.skip("PostgreSQL 15 runs the standard MERGE; its plugin upserts with ON CONFLICT")
+    engine = sa.create_engine(database_url)
+    suffix = uuid.uuid4().hex[:8]
+    md = sa.MetaData()
+    target = sa.Table(f"merge_t_{suffix}", md, sa.Column("id", sa.Integer, primary_key=True), sa.Column("v", sa.Text))
+    staging = sa.Table(f"merge_s_{suffix}", md, sa.Column("id", sa.Integer), sa.Column("v", sa.Text),
+                       sa.Column("seq", sa.Integer))
+    md.create_all(engine)
+    try:
+        with engine.begin() as tx:
+            tx.execute(target.insert(), [{"id": 1, "v": "old"}, {"id": 2, "v": "kept"}])
+            tx.execute(staging.insert(), [{"id": 1, "v": "a", "seq": 1}, {"id": 1, "v": "b:c", "seq": 2},
+                                          {"id": 3, "v": "new", "seq": 3}])
+            source = sa.select(staging.c.id, staging.c.v).where(staging.c.seq > 0)
+            tx.execute(UpsertFromSelect(target, source, ["id"], [staging.c.seq]))
+        with engine.connect() as c:
+            assert dict(c.execute(sa.select(target.c.id, target.c.v)).all()) == {1: "b:c", 2: "kept", 3: "new"}
+    finally:
+        md.drop_all(engine)
+        engine.dispose()
