@@ -12,6 +12,7 @@ from pyharvest.core import Config, HarvestEngine, Limits, State
 from pyharvest.core.events import LeaderAcquired, LeaderFenced, LeaderRefreshed, LeaderRevoked, MeterRead
 from pyharvest.core.kafka import DeliveryError
 from tests.fakes import FakeBinding, FakeKafka
+from tests.waiting import wait_until
 
 
 def make(binding: FakeBinding, kafka: FakeKafka, **limits: object) -> HarvestEngine:
@@ -21,14 +22,6 @@ def make(binding: FakeBinding, kafka: FakeKafka, **limits: object) -> HarvestEng
         setattr(lim, k, v)
     cfg = Config(leader_topic="app.neli", leader_group_id="app", data_source="fake://", limits=lim)
     return HarvestEngine(cfg, binding=binding, kafka=kafka)
-
-
-def wait_until(cond, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.005)
 
 
 def per_key(log):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
@@ -19,6 +19,7 @@ from pyharvest.plugins import postgresql
 from pyharvest.plugins.api import parse_table_name
 from tests.fixtures.databases import server_url, unique_table
 from tests.kafka_tools import create_topic, read_topic
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -40,13 +41,6 @@ def pg_table(pg_url: str) -> Iterator[str]:
     with engine.begin() as c:
         c.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
     engine.dispose()
-
-
-def wait_until(cond: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def harvester(kafka_config: dict[str, object], url: str, table: str, max_mark_backoff: float) -> Harvest:

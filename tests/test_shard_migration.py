@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -27,15 +26,9 @@ from pyharvest.core.records import OutboxRecord
 from pyharvest.core.shards import key_hash
 from pyharvest.plugins.api import parse_table_name
 from pyharvest.stasher import Stasher
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def wait_for(what: str, cond, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def made_before_the_key_hash(url: str, table: str) -> sa.Engine:
@@ -128,17 +121,17 @@ def test_a_writer_running_through_init_db_shards_keeps_every_key_in_one_shard(
     )
     harvests: list[Harvest] = []
     try:
-        wait_for("the writer to write with the old shape", lambda: len(committed()) >= 300)
+        wait_until(lambda: len(committed()) >= 300, 60, "the writer to write with the old shape")
         create_outbox_table(database_url, table_name, shards=2)  # reaper init-db --shards 2
         before = len(committed())
-        wait_for("the writer to write after init-db", lambda: len(committed()) >= before + 300)
+        wait_until(lambda: len(committed()) >= before + 300, 60, "the writer to write after init-db")
         assert all(h is not None for _k, h in hashes(engine, table_name))  # no row in a shard not its key's
         harvests = [Harvest(config), Harvest(config)]
         for h in harvests:
             h.start()
-        wait_for("both harvesters to lead a shard", lambda: all(h.leading_shards for h in harvests))
+        wait_until(lambda: all(h.leading_shards for h in harvests), 60, "both harvesters to lead a shard")
         more = len(committed())
-        wait_for("the writer to write while both harvest", lambda: len(committed()) >= more + 300)
+        wait_until(lambda: len(committed()) >= more + 300, 60, "the writer to write while both harvest")
     finally:
         stop.touch()
         summary, _ = writer.communicate(timeout=60)
