@@ -173,7 +173,7 @@ def pyharvest_notify_statement(table: TableName) -> sa.Executable | None:
     """A statement that, run in a writer's transaction, wakes the harvesters listening on
     ``table`` (:func:`pyharvest_listener`) when that transaction commits, and not at all if it
     rolls back; PostgreSQL: ``SELECT pg_notify(channel, '')``. The stasher runs it at most once
-    per transaction, and not on every one (see :mod:`pyharvest.notify`). None: the database
+    per transaction, and not on every one (see :mod:`pyharvest.stasher.notify`). None: the database
     cannot; the harvester finds the rows by polling (``maxMarkBackoff``)."""
 
 

@@ -22,7 +22,7 @@ from pyharvest.core.events import (
 from pyharvest.core.harvest import State
 from pyharvest.core.records import InvalidRecordError, OutboxRecord
 from pyharvest.harvest import Harvest, ShardedHarvest
-from pyharvest.stash_errors import (
+from pyharvest.stasher.errors import (
     KeyTooLongError,
     OutboxTableChangedError,
     OutboxTableMissingError,

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from pyharvest import Config, Harvest, Limits, OutboxRecord, notify, stasher
 from pyharvest.bindings.sql import create_outbox_table
-from pyharvest.notify import wake_harvester
+from pyharvest.stasher.notify import wake_harvester
 from pyharvest.plugins import postgresql
 from pyharvest.plugins.api import parse_table_name
 from tests.fixtures.databases import server_url, unique_table

@@ -10,7 +10,7 @@ from pyharvest import KeyTooLongError, OutboxTableMissingError, RecordTooLargeEr
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.records import InvalidRecordError, OutboxRecord
 from pyharvest.plugins.api import KEY_LENGTH
-from pyharvest.stash_errors import DEFAULT_MAX_RECORD_BYTES, PRODUCER_MESSAGE_MAX_BYTES
+from pyharvest.stasher.errors import DEFAULT_MAX_RECORD_BYTES, PRODUCER_MESSAGE_MAX_BYTES
 from pyharvest.stasher import Stasher
 
 

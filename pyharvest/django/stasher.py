@@ -24,7 +24,7 @@ from pyharvest.core.errors import BindingError
 from pyharvest.core.records import OutboxRecord, validate_record
 from pyharvest.django.databases import dialect_for_connection, outbox_table_name
 from pyharvest.plugins.api import KEY_HASH_COLUMN, KEY_HASH_GUARD_SUFFIX, NATIVE, OutboxTable, TableName
-from pyharvest.stash_errors import OutboxTableChangedError
+from pyharvest.stasher.errors import OutboxTableChangedError
 
 __all__ = ["stash", "stash_many"]
 

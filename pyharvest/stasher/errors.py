@@ -1,7 +1,7 @@
 """What the stasher refuses before it writes anything, beyond an ill-formed record.
 
-Kept apart from :mod:`pyharvest.stasher` so that ``import pyharvest`` can export them without
-importing SQLAlchemy.
+Nothing here imports SQLAlchemy, so that ``import pyharvest`` can export them without it
+(:mod:`pyharvest.stasher` loads the stashers themselves on first use).
 """
 
 from __future__ import annotations
