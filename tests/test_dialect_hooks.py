@@ -369,7 +369,7 @@ def test_bulk_insert_pickles_without_its_caches(tmp_path: Any) -> None:
     with engine.begin() as conn:
         insert(conn, [("s", "a", datetime.now(UTC))])
     copy = pickle.loads(pickle.dumps(insert))
-    assert copy.columns == insert.columns and not copy._writers
+    assert copy.columns == insert.columns and not copy._writers._writers  # no engine asked yet
     with engine.begin() as conn:
         assert copy(conn, [("s", "b", datetime.now(UTC))]) == 1
     engine.dispose()

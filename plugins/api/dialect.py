@@ -238,17 +238,6 @@ class Dialect:
         factory: ListenerFactory | None = self._hook.pyharvest_listener(engine=engine, table=table)
         return factory
 
-    def layout_of(self, connection: sa.Connection, name: TableName) -> str:
-        """The layout of the existing table ``name``: the dialect's only one, or recognised from
-        the columns by its ``pyharvest_detect_layout`` (``native`` when it does not say)."""
-        layouts = self.table_layouts()
-        if len(layouts) == 1:
-            return layouts[0]
-        import sqlalchemy as sa
-
-        columns = {c["name"].lower(): c for c in sa.inspect(connection).get_columns(name.name, schema=name.schema)}
-        return self.detect_layout(columns) or "native"
-
 
 _loaded: dict[str, Dialect] = {}
 _lock = threading.Lock()
