@@ -16,11 +16,6 @@ from pyharvest.plugins.api import GOHARVEST, NATIVE, OutboxTable, TableName, par
 from pyharvest.stasher.batch import BatchStasher
 from pyharvest.stasher.errors import (
     DEFAULT_MAX_RECORD_BYTES,
-    KAFKA_MESSAGE_MAX_BYTES,
-    KeyTooLongError,
-    OutboxTableChangedError,
-    OutboxTableMissingError,
-    RecordTooLargeError,
 )
 from pyharvest.stasher.limits import StashLimits
 from pyharvest.stasher.notify import awake_harvester, wake_harvester
@@ -40,20 +35,7 @@ if TYPE_CHECKING:
 
     AsyncTx = AsyncConnection | AsyncSession | async_scoped_session[Any]
 
-__all__ = [
-    "DEFAULT_MAX_RECORD_BYTES",
-    "KAFKA_MESSAGE_MAX_BYTES",
-    "AsyncPreparedStasher",
-    "BatchStasher",
-    "KeyTooLongError",
-    "OutboxTableChangedError",
-    "OutboxTableMissingError",
-    "PreparedStasher",
-    "RecordTooLargeError",
-    "Stasher",
-    "astash",
-    "stash",
-]
+__all__ = ["AsyncPreparedStasher", "PreparedStasher", "Stasher", "astash", "stash"]
 
 def _connection(tx: sa.Connection | Session) -> sa.Connection:
     if isinstance(tx, sa.Connection):
