@@ -26,6 +26,8 @@ NEW_HOOKS = [
     "pyharvest_upsert_from_select",
     "pyharvest_staging_table",
     "pyharvest_bulk_move_statements",
+    "pyharvest_key_hash_guard",
+    "pyharvest_index_names",
 ]
 
 
@@ -71,8 +73,16 @@ def test_a_dialect_without_the_hooks_gets_the_generic_answers() -> None:
     assert bare.upsert_from_select(target, source, ["id"], [staging.c.seq]) is None  # the caller says "not supported"
     assert bare.staging_table(target) is target
     assert bare.bulk_move_statements() == []
+    from pyharvest.plugins.api import OutboxTable, parse_table_name
+
+    # The generic guard: a CHECK constraint, quoted as the SQL standard does without a backend named.
+    (guard,) = bare.key_hash_guard(OutboxTable.build(parse_table_name("outbox")), "outbox_key_hash_required")
+    assert guard == "ALTER TABLE outbox ADD CONSTRAINT outbox_key_hash_required CHECK (kafka_key_hash IS NOT NULL)"
     engine = sa.create_engine("sqlite://")
     with engine.connect() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (a INTEGER)")
+        conn.exec_driver_sql("CREATE INDEX t_a ON t (a)")
+        assert bare.index_names(conn, parse_table_name("t")) == {"t_a"}  # the generic answer: reflection
         assert bare.insert_new_keys(conn, target, "id", [1], {}) is None  # the generic look-up and insert
         assert bare.bulk_writer(conn, target, ["id"]) is None
     engine.dispose()

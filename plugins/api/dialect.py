@@ -168,7 +168,12 @@ class Dialect:
         """What makes the database refuse new rows without a key hash (constraint or trigger ``name``)."""
         ddl = self._hook.pyharvest_key_hash_guard(table=table, name=name)
         if ddl is None:
-            preparer = self.sqlalchemy_dialect().identifier_preparer
+            try:
+                preparer = self.sqlalchemy_dialect().identifier_preparer
+            except BindingError:  # no SQLAlchemy backend named: the SQL standard's quoting
+                from sqlalchemy.engine.default import DefaultDialect
+
+                preparer = DefaultDialect().identifier_preparer
             ddl = [
                 f"ALTER TABLE {table.name.quoted(preparer)} ADD CONSTRAINT {preparer.quote(name)} "
                 "CHECK (kafka_key_hash IS NOT NULL)"
