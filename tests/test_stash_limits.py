@@ -124,7 +124,7 @@ def test_the_largest_record_the_stasher_accepts_by_default_is_published_by_defau
     import uuid
 
     from pyharvest import Config, Harvest, Limits
-    from pyharvest.stash_limits import record_bytes
+    from pyharvest.stasher.limits import record_bytes
     from tests.kafka_tools import create_topic, read_topic
 
     engine, table = outbox

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 # The errors are light (no SQLAlchemy): ``import pyharvest`` exports them. The stashers load
 # on first use.
 from pyharvest.stasher.errors import (
+    DEFAULT_MAX_RECORD_BYTES,
     KAFKA_MESSAGE_MAX_BYTES,
     KeyTooLongError,
     OutboxTableChangedError,
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     from pyharvest.stasher.stashers import AsyncPreparedStasher, PreparedStasher, Stasher, astash, stash
 
 __all__ = [
+    "DEFAULT_MAX_RECORD_BYTES",
     "KAFKA_MESSAGE_MAX_BYTES",
     "AsyncPreparedStasher",
     "BatchStasher",

@@ -14,9 +14,7 @@ from pyharvest import tracing
 from pyharvest.core.records import Header, OutboxRecord, validate_record
 from pyharvest.plugins.api import GOHARVEST, NATIVE, OutboxTable, TableName, parse_table_name
 from pyharvest.stasher.batch import BatchStasher
-from pyharvest.stasher.errors import (
-    DEFAULT_MAX_RECORD_BYTES,
-)
+from pyharvest.stasher.errors import DEFAULT_MAX_RECORD_BYTES
 from pyharvest.stasher.limits import StashLimits
 from pyharvest.stasher.notify import awake_harvester, wake_harvester
 from pyharvest.stasher.tables import (
@@ -36,6 +34,7 @@ if TYPE_CHECKING:
     AsyncTx = AsyncConnection | AsyncSession | async_scoped_session[Any]
 
 __all__ = ["AsyncPreparedStasher", "PreparedStasher", "Stasher", "astash", "stash"]
+
 
 def _connection(tx: sa.Connection | Session) -> sa.Connection:
     if isinstance(tx, sa.Connection):
