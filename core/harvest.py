@@ -45,14 +45,12 @@ from pyharvest.core.binding import ChangeFeed, DatabaseBinding
 from pyharvest.core.config import Config, mask_data_source, mask_kafka_config
 from pyharvest.core.delivery import DeliveryProcessor, Flight
 from pyharvest.core.dispatch import Dispatcher
-from pyharvest.core.errors import HarvestError, KafkaPropertyError
 from pyharvest.core.events import LeaderAcquired, LeaderFenced, LeaderRefreshed, LeaderRevoked
 from pyharvest.core.gate import KeyGate
 from pyharvest.core.health import DatabaseProbe, Health
 from pyharvest.core.identity import OUTBOX_HEADER, RECORD_ID_HEADER
 from pyharvest.core.idle import IdleBackoff, Wakeup
 from pyharvest.core.kafka import KafkaClients
-from pyharvest.core.kafka_origins import explain_harvest_refusal
 from pyharvest.core.lifecycle import Lifecycle, State
 from pyharvest.core.logs import label_thread, labelled, log, one_line
 from pyharvest.core.metrics import HarvestMetrics
@@ -171,11 +169,7 @@ class HarvestEngine(Lifecycle):
         feed = binding.feed_connected if self._unwatch is not None and isinstance(binding, ChangeFeed) else None
         return Health(self._state is State.RUNNING, self.is_leader, broker, database, feed, database_error)
 
-    def start(self) -> None:
-        """Connect and start harvesting in the background. Errors at start-up (unreachable
-        database, missing table, unreachable broker) are raised here."""
-        if self._state is not State.CREATED:
-            raise HarvestError(f"cannot start a harvester that is {self._state.value}")
+    def _open(self) -> None:
         cfg = self.config
         with labelled(self._log_label):  # started on the group's thread when sharded
             log.info(
@@ -185,33 +179,26 @@ class HarvestEngine(Lifecycle):
                 mask_data_source(cfg.data_source),
                 mask_kafka_config(cfg.base_kafka_config),
             )
-        try:
-            source = self._binding_source
-            self._binding = source if isinstance(source, DatabaseBinding) else source()
-            if isinstance(self._binding, ChangeFeed):
-                self._unwatch = self._binding.watch(self._on_change)
-            self._sender.open()
-            limits = cfg.limits
-            self._neli = self._leadership_source(self._on_leader_status) if self._leadership_source else Neli(
-                self._kafka,
-                cfg.base_kafka_config,
-                cfg.leader_topic,
-                cfg.leader_group_id,
-                cfg.name,
-                heartbeat_timeout=limits.heartbeat_timeout,  # type: ignore[arg-type]
-                min_poll_interval=limits.min_poll_interval,  # type: ignore[arg-type]
-                poll_duration=limits.poll_duration,  # type: ignore[arg-type]
-                on_status=self._on_leader_status,
-            )
-            self._neli.start()
-        except BaseException as e:
-            self._dispose_resources()
-            self._state = State.STOPPED
-            self._stopped.set()
-            if isinstance(e, KafkaPropertyError):
-                raise explain_harvest_refusal(e, cfg) from None
-            raise
-        self._state = State.RUNNING
+        source = self._binding_source
+        self._binding = source if isinstance(source, DatabaseBinding) else source()
+        if isinstance(self._binding, ChangeFeed):
+            self._unwatch = self._binding.watch(self._on_change)
+        self._sender.open()
+        limits = cfg.limits
+        self._neli = self._leadership_source(self._on_leader_status) if self._leadership_source else Neli(
+            self._kafka,
+            cfg.base_kafka_config,
+            cfg.leader_topic,
+            cfg.leader_group_id,
+            cfg.name,
+            heartbeat_timeout=limits.heartbeat_timeout,  # type: ignore[arg-type]
+            min_poll_interval=limits.min_poll_interval,  # type: ignore[arg-type]
+            poll_duration=limits.poll_duration,  # type: ignore[arg-type]
+            on_status=self._on_leader_status,
+        )
+        self._neli.start()
+
+    def _launch(self) -> None:
         self._delivery_thread = threading.Thread(target=self._delivery_loop, name="pyharvest-delivery", daemon=True)
         self._main_thread = threading.Thread(target=self._main_loop, name="pyharvest-main", daemon=True)
         self._delivery_thread.start()
@@ -408,12 +395,12 @@ class HarvestEngine(Lifecycle):
             self._main_done.set()
             if self._delivery_thread is not None:
                 self._delivery_thread.join(max(0.0, self._shutdown_deadline - time.monotonic()) + 1.0)
-            self._dispose_resources()
+            self._close_resources()
             self._state = State.STOPPED
             log.info("harvester %s stopped", self.config.name)
             self._stopped.set()
 
-    def _dispose_resources(self) -> None:
+    def _close_resources(self) -> None:
         neli, self._neli = self._neli, None
         unwatch, self._unwatch = self._unwatch, None
         if unwatch is not None:
@@ -423,14 +410,8 @@ class HarvestEngine(Lifecycle):
                 log.warning("error closing the change feed: %s", one_line(e))
         producer = self._sender.detach()
         binding, self._binding = self._binding, None
-        for what, close in (
+        self._close_each((
             ("leader election", neli.close if neli is not None else None),
             ("producer", producer.close if producer is not None else None),
             ("database binding", binding.dispose if binding is not None else None),
-        ):
-            if close is None:
-                continue
-            try:
-                close()
-            except Exception as e:  # noqa: BLE001 - keep closing the rest
-                log.warning("error closing %s: %s", what, one_line(e))
+        ))

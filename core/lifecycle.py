@@ -10,11 +10,15 @@ only in what runs.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Self
 
+from pyharvest.core.config import Config
+from pyharvest.core.errors import HarvestError, KafkaPropertyError
 from pyharvest.core.events import Event, EventHandler
-from pyharvest.core.logs import log
+from pyharvest.core.kafka_origins import explain_harvest_refusal
+from pyharvest.core.logs import log, one_line
 
 __all__ = ["Lifecycle", "State"]
 
@@ -30,7 +34,11 @@ class State(Enum):
 
 
 class Lifecycle:
-    """The life cycle and event delivery of a harvester; subclasses implement ``start``."""
+    """The life cycle and event delivery of a harvester. Subclasses connect in :meth:`_open`,
+    undo a half-done :meth:`_open` in :meth:`_close_resources`, and start their threads in
+    :meth:`_launch`."""
+
+    config: Config
 
     def __init__(self) -> None:
         self._state = State.CREATED
@@ -44,6 +52,29 @@ class Lifecycle:
         return self._state
 
     def start(self) -> None:
+        """Connect and start harvesting in the background. Errors at start-up (unreachable
+        database, missing table, unreachable broker) are raised here."""
+        if self._state is not State.CREATED:
+            raise HarvestError(f"cannot start a harvester that is {self._state.value}")
+        try:
+            self._open()
+        except BaseException as e:
+            self._close_resources()
+            self._state = State.STOPPED
+            self._stopped.set()
+            if isinstance(e, KafkaPropertyError):
+                raise explain_harvest_refusal(e, self.config) from None
+            raise
+        self._state = State.RUNNING
+        self._launch()
+
+    def _open(self) -> None:
+        raise NotImplementedError
+
+    def _launch(self) -> None:
+        raise NotImplementedError
+
+    def _close_resources(self) -> None:
         raise NotImplementedError
 
     def set_event_handler(self, handler: EventHandler) -> None:
@@ -74,6 +105,17 @@ class Lifecycle:
     def __exit__(self, *exc: object) -> None:
         self.stop()
         self.join()
+
+    @staticmethod
+    def _close_each(closers: Iterable[tuple[str, Callable[[], object] | None]]) -> None:
+        """Close every resource named, in order, logging what fails and closing the rest."""
+        for what, close in closers:
+            if close is None:
+                continue
+            try:
+                close()
+            except Exception as e:  # noqa: BLE001 - keep closing the rest
+                log.warning("error closing %s: %s", what, one_line(e))
 
     def _wake(self) -> None:
         """Wake the harvester's threads so they see the stop request (if they wait on more)."""

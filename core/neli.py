@@ -1,22 +1,48 @@
-"""Fast NELI: leader election piggy-backed on a Kafka consumer group.
+"""Fast NELI: leader election piggy-backed on a Kafka consumer group, written once.
 
-The member that owns partition 0 of the leader topic is the leader. It publishes heartbeats
-to that partition and consumes them; if none comes back within ``heartbeat_timeout`` it
-assumes it has been cut off (the group may be reassigning the partition) and fences itself.
-A heartbeat that arrives later while it still owns the partition restores leadership.
+The leader topic has one partition per shard, and shard ``p`` is led by the member of the
+group that owns partition ``p``: with ``shards: 1`` that is goharvest's single leader, the
+owner of partition 0. For each partition it owns, a member publishes heartbeats to that
+partition and consumes them; a shard whose heartbeats do not come back within
+``heartbeat_timeout`` is fenced on its own (the group may be reassigning it), and a heartbeat
+that arrives later while the member still owns it restores it.
+
+:class:`ShardGroup` is the process's member of the group and :class:`ShardLease` one shard's
+leadership as its engine sees it. A sharded harvester (:mod:`~pyharvest.core.sharded`) pulses
+the group on a thread of its own; the single leader (:class:`Neli`) is the one-shard group,
+pulsed on its engine's main loop. With more than one shard the group assigns incrementally
+(cooperative-sticky), so a member joining or leaving moves only the shards that change owner.
+
+Why order holds across a move: a revocation is served inside the group's poll, and
+:meth:`ShardLease.lose` steps the engine down and waits for its in-flight records before
+returning, so the next owner is not assigned the partition until nothing of this one's is in
+the air. The next owner then leads under a new leader id and remarks, as after any leader
+change. Acquisitions reach the engine on its own thread, at its next pulse.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from enum import Enum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
+from pyharvest.core.errors import TopicError
 from pyharvest.core.kafka import DeliveryError, KafkaClients, KafkaConfigMap, LeaderConsumer, Producer
 
-__all__ = ["Heartbeats", "LeaderStatus", "Leadership", "Neli", "leader_client_configs"]
+__all__ = [
+    "Heartbeats",
+    "LeaderStatus",
+    "Leadership",
+    "Neli",
+    "ShardConsumer",
+    "ShardGroup",
+    "ShardLease",
+    "leader_client_configs",
+    "shard_client_configs",
+]
 
 log = logging.getLogger("pyharvest.neli")
 
@@ -82,7 +108,7 @@ class Heartbeats:
 
 class Leadership(Protocol):
     """What the engine needs of its leader election: :class:`Neli` for a single leader, a
-    :class:`~pyharvest.core.shard_group.ShardLease` for one shard of a sharded outbox."""
+    :class:`ShardLease` for one shard of a sharded outbox."""
 
     def start(self) -> None: ...
 
@@ -101,9 +127,271 @@ class Leadership(Protocol):
     def close(self) -> None: ...
 
 
+StatusHandler = Callable[[LeaderStatus], None]
+
+REBALANCE_TIMEOUT_MS = 30_000
+
+
+def shard_client_configs(
+    config: KafkaConfigMap, group_id: str, heartbeat_timeout: float
+) -> tuple[dict[str, object], dict[str, object]]:
+    """The sharded leader group's consumer configuration, and its heartbeat producer's: those
+    of :func:`~pyharvest.core.neli.leader_client_configs`, with incremental rebalancing."""
+    consumer, producer = leader_client_configs(config, group_id, heartbeat_timeout)
+    consumer.update({
+        # Incremental: a member joining or leaving moves only the shards that change owner.
+        "partition.assignment.strategy": "cooperative-sticky",
+        # Also the rebalance timeout: how long a rebalance waits for a member that does not
+        # rejoin. librdkafka's 5 minutes left shards unowned that long after members left
+        # mid-rebalance (seen on the embedded broker); the group thread polls every
+        # minPollInterval, and a revocation waits at most for the in-flight records.
+        "max.poll.interval.ms": max(int(consumer["session.timeout.ms"]), REBALANCE_TIMEOUT_MS),  # type: ignore[call-overload]
+    })
+    return consumer, producer
+
+
+@runtime_checkable
+class ShardConsumer(LeaderConsumer, Protocol):
+    def poll_partitions(self, timeout: float) -> list[int]:
+        """:meth:`poll`, returning the partition of every message read."""
+        ...
+
+
+class ShardLease:
+    """Leadership of one shard as its engine sees it (the protocol of :class:`Neli`)."""
+
+    def __init__(self, group: ShardGroup, shard: int) -> None:
+        self.group = group
+        self.shard = shard
+        self._on_status: StatusHandler = lambda status: None
+        self._state = threading.Lock()
+        # Status changes reach the engine one at a time and in order, from either thread.
+        self._delivering = threading.RLock()
+        self._leading = False
+        self._announced = False
+        self._last_pulse = float("-inf")
+
+    def bind(self, on_status: StatusHandler) -> ShardLease:
+        self._on_status = on_status
+        return self
+
+    # -- what the engine calls, on its main thread --------------------------------------
+
+    def start(self) -> None:
+        """The group is started by its owner; nothing to join here."""
+
+    def pulse(self) -> bool:
+        self._last_pulse = time.monotonic()
+        with self._delivering:
+            with self._state:
+                due = self._leading and not self._announced
+                self._announced = self._announced or due
+            if due:
+                self._on_status(LeaderStatus.ACQUIRED)
+        return self._leading
+
+    def poll_due(self) -> float:
+        return max(0.0, self._last_pulse + self.group.min_poll_interval - time.monotonic())
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leading
+
+    @property
+    def since_last_poll(self) -> float:
+        return self.group.since_last_poll
+
+    @property
+    def broker_connected(self) -> bool | None:
+        return self.group.broker_connected
+
+    def close(self) -> None:
+        """The group is closed by its owner."""
+
+    # -- what the group calls, on its thread --------------------------------------------
+
+    def acquire(self) -> None:
+        with self._state:
+            self._leading = True
+
+    def lose(self, status: LeaderStatus) -> None:
+        """Stop leading: the engine steps down and quiesces before this returns."""
+        with self._delivering:
+            with self._state:
+                was_announced, self._leading, self._announced = self._announced, False, False
+            if was_announced:
+                self._on_status(status)
+
+
+class ShardGroup:
+    """The process's member of the leader group; :meth:`pulse` is called from one thread."""
+
+    def __init__(
+        self,
+        clients: KafkaClients,
+        kafka_config: KafkaConfigMap,
+        leader_topic: str,
+        group_id: str,
+        name: str,
+        shards: int,
+        *,
+        heartbeat_timeout: float,
+        min_poll_interval: float,
+        poll_duration: float,
+        on_assigned: Callable[[int], None] = lambda shard: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._clients = clients
+        self._kafka_config = dict(kafka_config)
+        self.leader_topic = leader_topic
+        self.group_id = group_id
+        self.name = name
+        self.shards = shards
+        self.min_poll_interval = min_poll_interval
+        self._heartbeat_timeout = heartbeat_timeout
+        self._poll_duration = poll_duration
+        self._on_assigned = on_assigned
+        self._clock = clock
+        self.leases = [ShardLease(self, p) for p in range(shards)]
+        self._owned: set[int] = set()
+        self._last_received: dict[int, float] = {}
+        self._last_poll = clock()
+        self._polled = False
+        self._consumer: LeaderConsumer | None = None
+        self._producer: Producer | None = None
+        self._heartbeats = Heartbeats(leader_topic, name)
+
+    @property
+    def owned(self) -> frozenset[int]:
+        return frozenset(self._owned)
+
+    @property
+    def since_last_poll(self) -> float:
+        return self._clock() - self._last_poll
+
+    @property
+    def broker_connected(self) -> bool | None:
+        return getattr(self._consumer, "connected", None)
+
+    def poll_due(self) -> float:
+        """Seconds until the next poll is due (0 if it is due now, or has never run)."""
+        if not self._polled:
+            return 0.0
+        return max(0.0, self._last_poll + self.min_poll_interval - self._clock())
+
+    def start(self) -> None:
+        cfg = self._kafka_config
+        self._clients.ensure_topic(cfg, self.leader_topic, partitions=self.shards)
+        counted = getattr(self._clients, "topic_partitions", None)
+        found = counted(cfg, self.leader_topic) if counted is not None else self.shards
+        if found != self.shards:
+            raise TopicError(
+                f"leader topic {self.leader_topic!r} has {found} partition(s) but shards is {self.shards}: "
+                f"each shard is one partition. Stop every reaper of group {self.group_id!r}, then name a new "
+                f"leaderTopic (created with {self.shards} partitions)"
+                + (
+                    f" or add partitions to this one (kafka-topics --alter --partitions {self.shards})"
+                    if found < self.shards
+                    else " (Kafka cannot remove partitions)"
+                )
+                + "; see 'Changing the number of shards' in the docs"
+            )
+        # One shard keeps the eager protocol every single-leader reaper has used, so that old and
+        # new members can share a group through a rolling upgrade (a group refuses a member whose
+        # assignment protocol differs); with one partition there is nothing to move incrementally.
+        configs = leader_client_configs if self.shards == 1 else shard_client_configs
+        consumer_cfg, producer_cfg = configs(cfg, self.group_id, self._heartbeat_timeout)
+        consumer = self._clients.leader_consumer(consumer_cfg)
+        if self.shards > 1 and not hasattr(consumer, "poll_partitions"):
+            consumer.close()
+            raise TopicError("the Kafka client's leader consumer cannot say which partition a heartbeat came from")
+        self._consumer = consumer
+        try:
+            self._producer = self._clients.producer(producer_cfg)
+            consumer.subscribe(self.leader_topic, self._assigned, self._revoked)
+        except BaseException:
+            self.close()
+            raise
+        log.info("joined leader group %r on topic %r (%d shards) as %s", self.group_id, self.leader_topic,
+                 self.shards, self.name)
+
+    def pulse(self) -> None:
+        """Poll the group (serving rebalances), note which shards' heartbeats came back, fence
+        those whose deadline passed, and send the next heartbeats."""
+        assert self._consumer is not None and self._producer is not None
+        received = self._poll(self._consumer)
+        self._producer.poll(0)
+        now = self._last_poll = self._clock()
+        self._polled = True
+        for p in set(received) & self._owned:
+            self._last_received[p] = now
+            lease = self.leases[p]
+            if not lease.is_leader:
+                log.info("shard %d: leading again, a heartbeat came back", p)
+                lease.acquire()
+        for p in sorted(self._owned):
+            lease = self.leases[p]
+            if lease.is_leader and now - self._last_received.get(p, now) > self._heartbeat_timeout:
+                log.warning("shard %d fenced: no heartbeat came back within %.1fs", p, self._heartbeat_timeout)
+                lease.lose(LeaderStatus.FENCED)
+            self._heartbeats.send(self._producer, p)
+
+    def _poll(self, consumer: LeaderConsumer) -> list[int]:
+        if isinstance(consumer, ShardConsumer):
+            return consumer.poll_partitions(self._poll_duration)
+        # A client that only counts what it read (checked at start: one shard): all of it is partition 0's.
+        return [0] * consumer.poll(self._poll_duration)
+
+    def _assigned(self, partitions: list[int]) -> None:
+        now = self._clock()
+        for p in sorted(partitions):
+            if p >= self.shards:
+                raise TopicError(
+                    f"assigned partition {p} of {self.leader_topic!r}, but shards is {self.shards}: another reaper "
+                    f"of group {self.group_id!r} runs with more shards; every reaper of a group needs the same number"
+                )
+            if p in self._owned:
+                continue
+            self._owned.add(p)
+            self._last_received[p] = now
+            if self.shards == 1:
+                log.info("acquired leader status (partition 0 of %r assigned)", self.leader_topic)
+            else:
+                log.info("shard %d assigned (partition %d of %r)", p, p, self.leader_topic)
+            self._on_assigned(p)
+            self.leases[p].acquire()
+
+    def _revoked(self, partitions: list[int]) -> None:
+        for p in sorted(partitions):
+            if p not in self._owned:
+                continue
+            self._owned.discard(p)
+            if self.shards == 1:
+                log.info("lost leader status (partition 0 of %r revoked)", self.leader_topic)
+            else:
+                log.info("shard %d revoked; waiting for its in-flight records", p)
+            self.leases[p].lose(LeaderStatus.REVOKED)
+
+    def close(self) -> None:
+        """Leave the group: every owned shard is revoked (and quiesced) on the way out."""
+        consumer, self._consumer = self._consumer, None
+        producer, self._producer = self._producer, None
+        try:
+            if consumer is not None:
+                consumer.close()
+        finally:
+            for p in sorted(self._owned):
+                self.leases[p].lose(LeaderStatus.REVOKED)
+            self._owned.clear()
+            if producer is not None:
+                producer.flush(1.0)
+                producer.close()
+
+
 class Neli:
-    """Runs on one thread: every call of :meth:`pulse` comes from the harvester's main loop,
-    and so do the callbacks (rebalance callbacks are served inside the consumer's poll)."""
+    """The single leader (``shards: 1``): the one-shard :class:`ShardGroup`, pulsed on the
+    engine's main loop (so rebalance callbacks, and the status changes they bring, run there
+    too); the :class:`Leadership` of an engine that harvests the whole outbox."""
 
     def __init__(
         self,
@@ -116,115 +404,40 @@ class Neli:
         heartbeat_timeout: float,
         min_poll_interval: float,
         poll_duration: float,
-        on_status: Callable[[LeaderStatus], None],
+        on_status: StatusHandler,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._clients = clients
-        self._kafka_config = dict(kafka_config)
-        self.leader_topic = leader_topic
-        self.group_id = group_id
-        self.name = name
-        self._heartbeat_timeout = heartbeat_timeout
-        self._min_poll_interval = min_poll_interval
-        self._poll_duration = poll_duration
-        self._on_status = on_status
-        self._clock = clock
-        self._consumer: LeaderConsumer | None = None
-        self._producer: Producer | None = None
-        self._assigned = False
-        self._leader = False
-        self._last_received = 0.0
-        self._last_poll = float("-inf")
-        self._heartbeats = Heartbeats(leader_topic, name)
+        self._group = ShardGroup(
+            clients, kafka_config, leader_topic, group_id, name, 1,
+            heartbeat_timeout=heartbeat_timeout, min_poll_interval=min_poll_interval,
+            poll_duration=poll_duration, clock=clock,
+        )
+        self._lease = self._group.leases[0].bind(on_status)
 
     @property
     def is_leader(self) -> bool:
-        return self._leader
+        return self._lease.is_leader
 
     @property
     def broker_connected(self) -> bool | None:
-        """Whether the group consumer reaches a broker, if its client can tell."""
-        return getattr(self._consumer, "connected", None)
+        return self._group.broker_connected
 
     @property
     def since_last_poll(self) -> float:
-        """Seconds since the group was last polled: the harvester's max-poll-interval deadline."""
-        return self._clock() - self._last_poll
+        return self._group.since_last_poll
 
     def start(self) -> None:
-        cfg = self._kafka_config
-        self._clients.ensure_topic(cfg, self.leader_topic, partitions=1)
-        consumer_cfg, producer_cfg = leader_client_configs(cfg, self.group_id, self._heartbeat_timeout)
-        self._consumer = self._clients.leader_consumer(consumer_cfg)
-        try:
-            self._producer = self._clients.producer(producer_cfg)
-            self._consumer.subscribe(self.leader_topic, self._assigned_cb, self._revoked_cb)
-        except BaseException:
-            self.close()
-            raise
-        log.info("joined leader group %r on topic %r as %s", self.group_id, self.leader_topic, self.name)
+        self._group.start()
 
     def poll_due(self) -> float:
-        """Seconds until the next poll is due (0 if it is due now)."""
-        return max(0.0, self._last_poll + self._min_poll_interval - self._clock())
+        return self._group.poll_due()
 
     def pulse(self) -> bool:
-        """Poll the group if a poll is due, publish a heartbeat if this member owns partition 0,
-        and return whether this member is the leader."""
-        if self.poll_due() > 0:
-            return self._leader
-        assert self._consumer is not None and self._producer is not None
-        self._last_poll = self._clock()
-        received = self._consumer.poll(self._poll_duration)
-        self._producer.poll(0)
-        if not self._assigned:
-            return self._leader
-        now = self._clock()
-        if received:
-            self._last_received = now
-            if not self._leader:
-                log.info("resumed leader status: a heartbeat came back")
-                self._leader = True
-                self._on_status(LeaderStatus.ACQUIRED)
-        elif self._leader and now - self._last_received > self._heartbeat_timeout:
-            log.warning(
-                "fenced: no heartbeat came back within %.1fs; stopping publication until one does",
-                self._heartbeat_timeout,
-            )
-            self._leader = False
-            self._on_status(LeaderStatus.FENCED)
-        if self._assigned:
-            self._heartbeats.send(self._producer, 0)
-        return self._leader
-
-    def _assigned_cb(self, partitions: list[int]) -> None:
-        log.debug("assigned partitions %s of %r", partitions, self.leader_topic)
-        if 0 in partitions and not self._assigned:
-            self._assigned = True
-            self._leader = True
-            self._last_received = self._clock()
-            log.info("acquired leader status (partition 0 of %r assigned)", self.leader_topic)
-            self._on_status(LeaderStatus.ACQUIRED)
-
-    def _revoked_cb(self, partitions: list[int]) -> None:
-        log.debug("revoked partitions %s of %r", partitions, self.leader_topic)
-        if 0 in partitions and self._assigned:
-            self._assigned = False
-            was_leader, self._leader = self._leader, False
-            log.info("lost leader status (partition 0 of %r revoked)", self.leader_topic)
-            if was_leader:
-                self._on_status(LeaderStatus.REVOKED)
+        """Poll the group if a poll is due, and return whether this process leads."""
+        if self._group.poll_due() <= 0:
+            self._group.pulse()
+        return self._lease.pulse()
 
     def close(self) -> None:
         """Leave the group (a graceful departure lets the next leader take over at once)."""
-        consumer, self._consumer = self._consumer, None
-        producer, self._producer = self._producer, None
-        try:
-            if consumer is not None:
-                consumer.close()
-        finally:
-            if producer is not None:
-                producer.flush(1.0)
-                producer.close()
-        if self._leader:
-            self._leader = False
+        self._group.close()

@@ -1,6 +1,6 @@
 """Harvesting an outbox in shards: one MP/R engine per shard this process leads.
 
-:class:`ShardedHarvestEngine` joins the leader group once (:class:`~pyharvest.core.shard_group.ShardGroup`)
+:class:`ShardedHarvestEngine` joins the leader group once (:class:`~pyharvest.core.neli.ShardGroup`)
 and, the first time a shard's partition is assigned to it, starts a
 :class:`~pyharvest.core.harvest.HarvestEngine` for that shard: its own leader id, in-flight
 window, delivery thread and binding (marking only the shard's rows). The shards share one data
@@ -17,15 +17,14 @@ from collections.abc import Callable
 
 from pyharvest.core.binding import ShardableBinding
 from pyharvest.core.config import Config, mask_data_source, mask_kafka_config
-from pyharvest.core.errors import HarvestError, KafkaPropertyError
+from pyharvest.core.errors import HarvestError
 from pyharvest.core.harvest import HarvestEngine
 from pyharvest.core.health import Health
 from pyharvest.core.kafka import KafkaClients
-from pyharvest.core.kafka_origins import explain_harvest_refusal
 from pyharvest.core.lifecycle import Lifecycle, State
 from pyharvest.core.logs import log, one_line
+from pyharvest.core.neli import ShardGroup
 from pyharvest.core.sender import producer_config
-from pyharvest.core.shard_group import ShardGroup
 from pyharvest.core.shared_producer import ShardKafkaClients, SharedProducer
 
 __all__ = ["ShardedHarvestEngine"]
@@ -87,37 +86,28 @@ class ShardedHarvestEngine(Lifecycle):
             database_error=next((h.database_error for h in healths if h.database_error), None),
         )
 
-    def start(self) -> None:
-        if self._state is not State.CREATED:
-            raise HarvestError(f"cannot start a harvester that is {self._state.value}")
+    def _open(self) -> None:
         cfg = self.config
         log.info(
             "starting sharded harvester %s (%d shards): outbox %r at %s, Kafka %s",
             cfg.name, cfg.shards, cfg.outbox_table, mask_data_source(cfg.data_source),
             mask_kafka_config(cfg.base_kafka_config),
         )
-        try:
-            source = self._binding_source
-            self._binding = source if isinstance(source, ShardableBinding) else source()
-            self._binding.for_shard(cfg.shards, 0).dispose()  # refuses a table that cannot be sharded
-            limits = cfg.limits
-            self._producer = SharedProducer(self._kafka, producer_config(cfg))
-            self._group = ShardGroup(
-                self._kafka, cfg.base_kafka_config, cfg.leader_topic, cfg.leader_group_id, cfg.name, cfg.shards,
-                heartbeat_timeout=limits.heartbeat_timeout,  # type: ignore[arg-type]
-                min_poll_interval=limits.min_poll_interval,  # type: ignore[arg-type]
-                poll_duration=limits.poll_duration,  # type: ignore[arg-type]
-                on_assigned=self._ensure_engine,
-            )
-            self._group.start()
-        except BaseException as e:
-            self._close_resources()
-            self._state = State.STOPPED
-            self._stopped.set()
-            if isinstance(e, KafkaPropertyError):
-                raise explain_harvest_refusal(e, cfg) from None
-            raise
-        self._state = State.RUNNING
+        source = self._binding_source
+        self._binding = source if isinstance(source, ShardableBinding) else source()
+        self._binding.for_shard(cfg.shards, 0).dispose()  # refuses a table that cannot be sharded
+        limits = cfg.limits
+        self._producer = SharedProducer(self._kafka, producer_config(cfg))
+        self._group = ShardGroup(
+            self._kafka, cfg.base_kafka_config, cfg.leader_topic, cfg.leader_group_id, cfg.name, cfg.shards,
+            heartbeat_timeout=limits.heartbeat_timeout,  # type: ignore[arg-type]
+            min_poll_interval=limits.min_poll_interval,  # type: ignore[arg-type]
+            poll_duration=limits.poll_duration,  # type: ignore[arg-type]
+            on_assigned=self._ensure_engine,
+        )
+        self._group.start()
+
+    def _launch(self) -> None:
         self._thread = threading.Thread(target=self._group_loop, name="pyharvest-shards", daemon=True)
         self._thread.start()
 
@@ -193,14 +183,8 @@ class ShardedHarvestEngine(Lifecycle):
         # After every engine has stopped: they produce through it and purge through the binding.
         producer, self._producer = self._producer, None
         binding, self._binding = self._binding, None
-        for what, close in (
+        self._close_each((
             ("producer", producer.close if producer is not None else None),
             ("database binding", binding.dispose if binding is not None else None),
-        ):
-            if close is None:
-                continue
-            try:
-                close()
-            except Exception as e:  # noqa: BLE001 - keep closing the rest
-                log.warning("error closing %s: %s", what, one_line(e))
+        ))
 

@@ -145,6 +145,26 @@ def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence
     index on it). Run once, by ``reaper init-db --shards N``, when no index of that name exists.
     Default: ``CREATE INDEX index ON table ((COALESCE(kafka_key_hash, 0) % shards), id)``."""
 
+@hookspec(firstresult=True)
+def pyharvest_key_hash_guard(table: OutboxTable, name: str) -> Sequence[str] | None:
+    """The statements that make the database refuse, from now on, a new row of ``table``
+    without a ``kafka_key_hash``, leaving the rows already there unchecked (``reaper init-db
+    --shards N`` fills them in next). ``name`` names the constraint or trigger, and the
+    refusal's message must contain it: that is how a stasher recognises the refusal (and
+    rereads the table). Why: a writer that read the table before it had the column would go
+    on writing rows without a hash, which the shard filter puts in shard 0 while the key's
+    other rows sit in their own shard, published by another leader. Run by ``init-db --shards``
+    when a probe shows such a row is still accepted. Default: ``ALTER TABLE … ADD CONSTRAINT
+    name CHECK (kafka_key_hash IS NOT NULL)`` (most databases check existing rows too; it is
+    retried after filling them in)."""
+
+
+@hookspec(firstresult=True)
+def pyharvest_index_names(connection: sa.Connection, table: TableName) -> Collection[str] | None:
+    """The names of ``table``'s indexes, where SQLAlchemy's reflection misses some (SQLite's
+    expression indexes); None: reflection sees them all. Tells whether the shard index exists."""
+
+
 # --- Push wake-ups: an idle harvester woken by the writer's commit ---------------------------
 
 
@@ -153,7 +173,7 @@ def pyharvest_notify_statement(table: TableName) -> sa.Executable | None:
     """A statement that, run in a writer's transaction, wakes the harvesters listening on
     ``table`` (:func:`pyharvest_listener`) when that transaction commits, and not at all if it
     rolls back; PostgreSQL: ``SELECT pg_notify(channel, '')``. The stasher runs it at most once
-    per transaction, and not on every one (see :mod:`pyharvest.notify`). None: the database
+    per transaction, and not on every one (see :mod:`pyharvest.stasher.notify`). None: the database
     cannot; the harvester finds the rows by polling (``maxMarkBackoff``)."""
 
 

@@ -21,15 +21,21 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mssql
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from pyharvest.plugins.api import (
-    KEY_LENGTH,
     SHARD_EXPRESSION,
     Capabilities,
     MarkQuery,
     MarkStrategy,
+    MergeForm,
     OutboxTable,
     ReturningMark,
+    TableOptions,
+    UpsertFromSelect,
+    compile_merge,
+    create_table_ddl,
     hookimpl,
     shard_column,
     shard_column_filter,
@@ -37,7 +43,7 @@ from pyharvest.plugins.api import (
 
 NAME = "mssql"
 _preparer = mssql.dialect().identifier_preparer  # type: ignore[no-untyped-call]  # SQLAlchemy's dialect __init__ is unannotated
-_sa_dialect = mssql.dialect()  # type: ignore[no-untyped-call]  # compiles the upsert's source
+_sa_dialect = mssql.dialect()  # type: ignore[no-untyped-call]  # compiles the DDL
 LOCK_HINT = "WITH (UPDLOCK, ROWLOCK)"
 
 
@@ -48,7 +54,7 @@ def pyharvest_dialect_name() -> str:
 
 @hookimpl
 def pyharvest_url_backends() -> Sequence[str]:
-    return ("mssql",)
+    return ("mssql", "microsoft")  # the second: Django's vendor name for mssql-django
 
 
 @hookimpl
@@ -57,24 +63,22 @@ def pyharvest_capabilities() -> Capabilities:
     return Capabilities(transactional_ddl=True, driver_packages=(("pymssql", "pyharvest[mssql]"), ("pyodbc", "pyodbc")))
 
 
+_NATIVE_DDL = TableOptions(
+    # Without a length, SQL Server's VARBINARY and VARCHAR are rendered (MAX).
+    types={"create_time": mssql.DATETIMEOFFSET(precision=6),  # type: ignore[no-untyped-call]
+           "kafka_value": mssql.VARBINARY(), "kafka_headers": sa.VARCHAR()},  # type: ignore[no-untyped-call]
+    defaults={"create_time": "SYSDATETIMEOFFSET()"},
+    identity=sa.Identity(start=1, increment=1),
+    if_not_exists=False,  # not SQL Server's syntax: the OBJECT_ID test below instead
+)
+
+
 @hookimpl
 def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str] | None:
     if table.layout != "native":
         return None
     t = table.name.quoted(_preparer)
-    return [
-        f"""IF OBJECT_ID(N'{t}', N'U') IS NULL
-CREATE TABLE {t} (
-  id            BIGINT IDENTITY(1,1) NOT NULL PRIMARY KEY CLUSTERED,
-  create_time   DATETIMEOFFSET(6) NOT NULL DEFAULT SYSDATETIMEOFFSET(),
-  kafka_topic   VARCHAR(249) NOT NULL,
-  kafka_key     NVARCHAR({KEY_LENGTH}) NOT NULL,
-  kafka_value   VARBINARY(MAX) NULL,
-  kafka_headers VARCHAR(MAX) NOT NULL DEFAULT '[]',
-  leader_id     VARCHAR(36) NULL,
-  kafka_key_hash INT NULL
-)"""
-    ]
+    return [f"IF OBJECT_ID(N'{t}', N'U') IS NULL\n" + create_table_ddl(table, _sa_dialect, _NATIVE_DDL)]
 
 
 @hookimpl
@@ -98,29 +102,25 @@ def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence
 
 
 @hookimpl
+def pyharvest_key_hash_guard(table: OutboxTable, name: str) -> Sequence[str]:
+    # WITH NOCHECK: new rows are checked at once, existing ones are left for init-db to fill in.
+    return [
+        f"ALTER TABLE {table.name.quoted(_preparer)} WITH NOCHECK ADD CONSTRAINT {_preparer.quote(name)} "
+        "CHECK (kafka_key_hash IS NOT NULL)"
+    ]
+
+
+# MERGE may not touch a target row twice: UpsertFromSelect reads each key's last row only.
+_MERGE = MergeForm(target_hint=" WITH (HOLDLOCK)", not_matched="WHEN NOT MATCHED BY TARGET", terminator=";")
+
+
+@compiles(UpsertFromSelect, "mssql")
+def _merge(element: UpsertFromSelect, compiler: SQLCompiler, **kw: Any) -> str:
+    return compile_merge(element, compiler, _MERGE, **kw)
+
+
+@hookimpl
 def pyharvest_upsert_from_select(
     target: sa.Table, source: sa.Select[Any], keys: Sequence[str], order: Sequence[sa.ColumnElement[Any]]
 ) -> sa.Executable:
-    # MERGE may not touch a target row twice: each key's last row only (ROW_NUMBER). HOLDLOCK
-    # keeps a concurrent insert of the same key from slipping between the match and the insert.
-    names = [c.name for c in source.selected_columns]
-    q = _preparer.quote
-    rank = sa.func.row_number().over(
-        partition_by=[source.selected_columns[k] for k in keys], order_by=[o.desc() for o in order]
-    )
-    ranked = source.add_columns(rank.label("pyharvest_rank")).subquery("ranked")
-    latest = sa.select(*(ranked.c[n] for n in names)).where(ranked.c.pyharvest_rank == 1)
-    on = " AND ".join(f"tgt.{q(k)} = src.{q(k)}" for k in keys)
-    others = [c for c in names if c not in keys]
-    update = f"WHEN MATCHED THEN UPDATE SET {', '.join(f'{q(c)} = src.{q(c)}' for c in others)} " if others else ""
-    sql = (
-        f"MERGE INTO {_preparer.format_table(target)} WITH (HOLDLOCK) AS tgt "
-        f"USING ({_literal_sql(latest)}) AS src ON {on} {update}"
-        f"WHEN NOT MATCHED BY TARGET THEN INSERT ({', '.join(q(c) for c in names)}) "
-        f"VALUES ({', '.join(f'src.{q(c)}' for c in names)});"  # MERGE must end with a semicolon
-    )
-    return sa.text(sql.replace(":", r"\:"))
-
-
-def _literal_sql(select: sa.Select[Any]) -> str:
-    return str(select.compile(dialect=_sa_dialect, compile_kwargs={"literal_binds": True}))
+    return UpsertFromSelect(target, source, keys, order)

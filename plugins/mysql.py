@@ -21,17 +21,19 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
 from pyharvest.plugins.api import (
-    KEY_LENGTH,
     SHARD_EXPRESSION,
     Capabilities,
     OutboxTable,
+    TableOptions,
+    create_table_ddl,
     hookimpl,
     shard_column,
     shard_column_filter,
 )
 
 NAME = "mysql"
-_preparer = mysql.dialect().identifier_preparer
+_sa_dialect = mysql.dialect()
+_preparer = _sa_dialect.identifier_preparer
 
 
 @hookimpl
@@ -59,24 +61,20 @@ def pyharvest_engine_options(url: sa.URL) -> Mapping[str, Any]:
     return {"isolation_level": "READ COMMITTED"}
 
 
+_NATIVE_DDL = TableOptions(
+    types={"create_time": mysql.DATETIME(fsp=6), "kafka_value": mysql.LONGBLOB(), "kafka_headers": mysql.LONGTEXT()},
+    # A TEXT column takes no literal default (before MySQL 8.0.13).
+    defaults={"create_time": "CURRENT_TIMESTAMP(6)", "kafka_headers": None},
+    # utf8mb4 for any Unicode key; binary collation so comparisons are exact.
+    table_kwargs={"mysql_engine": "InnoDB", "mysql_default_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"},
+)
+
+
 @hookimpl
 def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str] | None:
     if table.layout != "native":
         return None
-    t = table.name.quoted(_preparer)
-    # utf8mb4 for any Unicode key; binary collation so comparisons are exact.
-    return [
-        f"""CREATE TABLE IF NOT EXISTS {t} (
-  id            BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-  create_time   DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-  kafka_topic   VARCHAR(249) NOT NULL,
-  kafka_key     VARCHAR({KEY_LENGTH}) NOT NULL,
-  kafka_value   LONGBLOB NULL,
-  kafka_headers LONGTEXT NOT NULL,
-  leader_id     VARCHAR(36) NULL,
-  kafka_key_hash INT NULL
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"""
-    ]
+    return [create_table_ddl(table, _sa_dialect, _NATIVE_DDL)]
 
 
 @hookimpl
@@ -90,6 +88,17 @@ def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence
     return [
         f"ALTER TABLE {t} ADD COLUMN {column} SMALLINT AS ({SHARD_EXPRESSION.format(shards=int(shards))}) VIRTUAL, "
         f"ADD INDEX {_preparer.quote(index)} ({column}, id)"
+    ]
+
+
+@hookimpl
+def pyharvest_key_hash_guard(table: OutboxTable, name: str) -> Sequence[str]:
+    # A CHECK constraint added later would check the existing rows too: a trigger checks new ones only.
+    schema = f"{_preparer.quote(table.name.schema)}." if table.name.schema else ""
+    return [
+        f"CREATE TRIGGER {schema}{_preparer.quote(name)} BEFORE INSERT ON {table.name.quoted(_preparer)} "
+        f"FOR EACH ROW IF NEW.kafka_key_hash IS NULL THEN "
+        f"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{name}: a row needs its kafka_key_hash'; END IF"
     ]
 
 

@@ -10,26 +10,29 @@ An in-memory database (``sqlite://``) is private to one connection: use a file.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 
 from pyharvest.plugins.api import (
-    KEY_LENGTH,
     Capabilities,
     MarkQuery,
     MarkStrategy,
     OutboxTable,
     ReturningMark,
+    TableName,
+    TableOptions,
+    create_table_ddl,
     expression_index_ddl,
     hookimpl,
 )
 
 NAME = "sqlite"
 BUSY_TIMEOUT_SECONDS = 30.0
-_preparer = sqlite.dialect().identifier_preparer
+_sa_dialect = sqlite.dialect()
+_preparer = _sa_dialect.identifier_preparer
 
 
 @hookimpl
@@ -45,7 +48,9 @@ def pyharvest_url_backends() -> Sequence[str]:
 @hookimpl
 def pyharvest_capabilities() -> Capabilities:
     return Capabilities(
-        transactional_ddl=True, driver_packages=(("pysqlite", "(Python's sqlite3)"), ("aiosqlite", "aiosqlite"))
+        transactional_ddl=True,
+        integer_ids=True,
+        driver_packages=(("pysqlite", "(Python's sqlite3)"), ("aiosqlite", "aiosqlite")),
     )
 
 
@@ -62,23 +67,17 @@ def pyharvest_on_connect(dbapi_connection: Any, url: sa.URL) -> None:
         cursor.close()
 
 
+# AUTOINCREMENT: an id is never reused after a purge (a late purge or reset of an old id must
+# not hit a new row); SQLite gives it only to a column declared exactly INTEGER PRIMARY KEY.
+_NATIVE_DDL = TableOptions(types={"id": sa.Integer(), "create_time": sa.TIMESTAMP()},
+                           table_kwargs={"sqlite_autoincrement": True})
+
+
 @hookimpl
 def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str] | None:
     if table.layout != "native":
         return None
-    t = table.name.quoted(_preparer)
-    return [
-        f"""CREATE TABLE IF NOT EXISTS {t} (
-  id            INTEGER PRIMARY KEY AUTOINCREMENT,
-  create_time   TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,
-  kafka_topic   VARCHAR(249) NOT NULL,
-  kafka_key     VARCHAR({KEY_LENGTH}) NOT NULL,
-  kafka_value   BLOB,
-  kafka_headers TEXT NOT NULL DEFAULT '[]',
-  leader_id     VARCHAR(36),
-  kafka_key_hash INTEGER
-)"""
-    ]
+    return [create_table_ddl(table, _sa_dialect, _NATIVE_DDL)]
 
 
 @hookimpl
@@ -90,6 +89,27 @@ def pyharvest_mark_strategy(table: OutboxTable) -> MarkStrategy:
 def pyharvest_shard_ddl(table: OutboxTable, shards: int, index: str) -> Sequence[str]:
     # SQLAlchemy does not reflect expression indexes on SQLite: IF NOT EXISTS keeps init-db idempotent.
     return [expression_index_ddl(_preparer, table, shards, index, if_not_exists=True)]
+
+
+@hookimpl
+def pyharvest_key_hash_guard(table: OutboxTable, name: str) -> Sequence[str]:
+    # SQLite cannot add a constraint to a table: a trigger refuses new rows instead.
+    schema = f"{_preparer.quote(table.name.schema)}." if table.name.schema else ""
+    return [
+        f"CREATE TRIGGER IF NOT EXISTS {schema}{_preparer.quote(name)} BEFORE INSERT ON "
+        f"{_preparer.quote(table.name.name)} WHEN NEW.kafka_key_hash IS NULL "
+        f"BEGIN SELECT RAISE(ABORT, '{name}: a row needs its kafka_key_hash'); END"
+    ]
+
+
+@hookimpl
+def pyharvest_index_names(connection: sa.Connection, table: TableName) -> Collection[str]:
+    # SQLAlchemy does not reflect SQLite's expression indexes (the shard index is one).
+    schema = f"{_preparer.quote(table.schema)}." if table.schema else ""
+    rows = connection.exec_driver_sql(
+        f"SELECT name FROM {schema}sqlite_master WHERE type = 'index' AND tbl_name = ?", (table.name,)
+    )
+    return [r[0] for r in rows]
 
 
 @hookimpl

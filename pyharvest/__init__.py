@@ -22,7 +22,12 @@ from pyharvest.core.events import (
 from pyharvest.core.harvest import State
 from pyharvest.core.records import InvalidRecordError, OutboxRecord
 from pyharvest.harvest import Harvest, ShardedHarvest
-from pyharvest.stash_errors import KeyTooLongError, OutboxTableMissingError, RecordTooLargeError
+from pyharvest.stasher.errors import (
+    KeyTooLongError,
+    OutboxTableChangedError,
+    OutboxTableMissingError,
+    RecordTooLargeError,
+)
 
 __version__ = "0.1.0"
 
@@ -45,6 +50,7 @@ __all__ = [
     "MeterRead",
     "MeterStats",
     "OutboxRecord",
+    "OutboxTableChangedError",
     "OutboxTableMissingError",
     "RecordQuarantined",
     "RecordTooLargeError",

@@ -9,9 +9,7 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -19,8 +17,9 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from pyharvest.commands.exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, error_exit, exception_exit
+from pyharvest.commands.exits import EXIT_OK, EXIT_USAGE, error_exit
 from pyharvest.commands.files import add_file_argument
+from pyharvest.commands.process import run_command, setup_logging
 from pyharvest.core.config import POISON_POLICIES, mask_data_source, resolve_section, section_errors
 
 if TYPE_CHECKING:
@@ -28,32 +27,6 @@ if TYPE_CHECKING:
     from pyharvest.core.config import ReaperConfig
 
 log = logging.getLogger("pyharvest.reaper")
-
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        out = {
-            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
-        return json.dumps(out)
-
-
-def setup_logging(level: int, as_json: bool = False) -> None:
-    logging.addLevelName(5, "TRACE")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        _JsonFormatter() if as_json else logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
-    )
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    # librdkafka is chatty at debug level and its own messages already reach us as warnings.
-    logging.getLogger("pyharvest.librdkafka").setLevel(max(level, logging.WARNING))
 
 
 # ---------------------------------------------------------------------- run
@@ -84,7 +57,7 @@ def run_harvest(cfg: ReaperConfig, *, print_config: bool = False) -> int:
     from pyharvest.bindings.ops import start_ops_server
     from pyharvest.bindings.ops.config import OpsConfig
     from pyharvest.envconfig import env_overrides
-    from pyharvest.harvest import Harvest, ShardedHarvest
+    from pyharvest.harvest import Harvest
 
     harvest_cfg = resolve_section(cfg.harvest)
     # A 'metrics:' section (even empty) turns on /metrics, /healthz and /readyz.
@@ -108,7 +81,7 @@ def run_harvest(cfg: ReaperConfig, *, print_config: bool = False) -> int:
         return EXIT_OK
     for override in env_overrides():
         log.info("%s set from %s: %r", override.key, override.variable, override.masked_value())
-    harvest = Harvest(harvest_cfg) if harvest_cfg.shards == 1 else ShardedHarvest(harvest_cfg)
+    harvest = Harvest(harvest_cfg)
     stop_requested = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -322,26 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    from pyharvest.bindings.kafka.logs import flush_librdkafka_logs
-
-    try:
-        code = int(args.func(args))
-        sys.stdout.flush()  # here, where a closed pipe can still be told apart from a failure
-        return code
-    except BrokenPipeError:
-        # The reader went away ('reaper verify | head'): what it did not read is not an error
-        # to report. Point stdout at nothing, so that the flush at exit does not raise again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return EXIT_FAILURE
-    except KeyboardInterrupt:
-        return EXIT_OK
-    except Exception as e:  # noqa: BLE001 - one line for the operator; the traceback at debug level
-        flush_librdkafka_logs()
-        return exception_exit(e)
-    finally:
-        flush_librdkafka_logs()
+    return run_command(args)
 
 
 if __name__ == "__main__":

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 from pyharvest.core.binding import DatabaseBinding, ShardableBinding
 from pyharvest.core.config import Config
+from pyharvest.core.errors import ConfigError
 from pyharvest.core.events import EventHandler
 from pyharvest.core.harvest import HarvestEngine
+from pyharvest.core.health import Health
 from pyharvest.core.kafka import KafkaClients
+from pyharvest.core.lifecycle import State
+from pyharvest.core.metrics import HarvestMetrics
 from pyharvest.core.sharded import ShardedHarvestEngine
 
 if TYPE_CHECKING:
@@ -40,19 +45,28 @@ def _confluent() -> KafkaClients:
     return ConfluentClients()
 
 
-class Harvest(HarvestEngine):
-    """Harvests an outbox table into Kafka.
+class Harvest:
+    """Harvests an outbox table into Kafka, in ``config.shards`` shards.
 
     >>> config = Config(base_kafka_config={"bootstrap.servers": "localhost:9092"},
     ...                 data_source="postgresql+psycopg://app@localhost/app")
     >>> with Harvest(config) as harvest:   # doctest: +SKIP
     ...     harvest.join()
 
+    With ``shards: 1`` (the default) one process of the leader group leads the whole outbox;
+    with ``shards: N`` each shard is led by one process at a time, so up to N processes
+    publish at once and a crash stalls only the shards its process led (the table needs the
+    key hash column and the shard index: ``reaper init-db --shards N``). Every process of a
+    leader group needs the same ``shards``; the leader topic's partition count is checked
+    against it at start.
+
     ``on_event`` receives every :mod:`~pyharvest.core.events` event (as does a handler given
-    to :meth:`set_event_handler`, before or after :meth:`start`).
-    ``binding`` and ``kafka`` replace the defaults (the SQL binding chosen by
-    ``config.binding`` or the data source's scheme, and confluent-kafka clients). The engine
-    underneath, which needs both given, is :class:`pyharvest.core.HarvestEngine`.
+    to :meth:`set_event_handler`, before or after :meth:`start`); with shards, each carries its
+    ``shard``. ``binding`` and ``kafka`` replace the defaults (the SQL binding chosen by
+    ``config.binding`` or the data source's scheme, and confluent-kafka clients).
+
+    What runs underneath is :attr:`runner`: a :class:`pyharvest.core.HarvestEngine` for one
+    shard, a :class:`~pyharvest.core.sharded.ShardedHarvestEngine` for more.
     """
 
     def __init__(
@@ -64,22 +78,120 @@ class Harvest(HarvestEngine):
         on_event: EventHandler | None = None,
     ) -> None:
         resolved = config.resolve()
-        super().__init__(
-            resolved, binding=_sql_binding(resolved) if binding is None else binding,
-            kafka=_confluent() if kafka is None else kafka,
-        )
+        source = _sql_binding(resolved) if binding is None else binding
+        clients = _confluent() if kafka is None else kafka
+        self.runner: HarvestEngine | ShardedHarvestEngine
+        if resolved.shards == 1:
+            self.runner = HarvestEngine(resolved, binding=source, kafka=clients)
+        else:
+            if isinstance(source, DatabaseBinding) and not isinstance(source, ShardableBinding):
+                raise ConfigError(
+                    "shards", f"shards is {resolved.shards}, but the binding {source!r} cannot mark a shard's "
+                    "rows (it has no for_shard)"
+                )
+            # A factory's binding is checked when it is created, at start.
+            self.runner = ShardedHarvestEngine(resolved, binding=source, kafka=clients)  # type: ignore[arg-type]
         if on_event is not None:
             self.set_event_handler(on_event)
 
+    @property
+    def config(self) -> Config:
+        return self.runner.config
 
-class ShardedHarvest(ShardedHarvestEngine):
-    """Harvests an outbox table in ``config.shards`` shards, with every other process of the
-    leader group: each shard is led by one process at a time, so up to ``shards`` processes
-    publish at once, and a crash stalls only the shards its process led.
+    @property
+    def state(self) -> State:
+        return self.runner.state
 
-    The table needs the key hash column and the shard index: ``reaper init-db --shards N``.
-    ``on_event``, ``binding`` and ``kafka`` are as for :class:`Harvest`.
-    """
+    def start(self) -> None:
+        """Connect and start harvesting in the background. Errors at start-up (unreachable
+        database, missing or unsharded table, unreachable broker, a leader topic whose
+        partition count is not ``shards``) are raised here."""
+        self.runner.start()
+
+    def stop(self) -> None:
+        """Ask the harvester to stop; returns at once. In-flight records are given
+        ``limits.shutdownTimeout`` to be acknowledged and purged; any left are picked up by
+        the next leader. Use :meth:`join` to wait."""
+        self.runner.stop()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until stopped; re-raise whatever crashed it. Returns False on timeout."""
+        return self.runner.join(timeout)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self.join()
+
+    def set_event_handler(self, handler: EventHandler) -> None:
+        """Register the callback for :mod:`pyharvest.core.events`, before or after :meth:`start`."""
+        self.runner.set_event_handler(handler)
+
+    def health(self) -> Health:
+        """What a readiness probe needs: running, leading, and whether the broker and the
+        database answer (``None`` where the binding or client cannot tell)."""
+        return self.runner.health()
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this process leads the outbox, or at least one of its shards."""
+        return self.runner.is_leader
+
+    @property
+    def engines(self) -> dict[int, HarvestEngine]:
+        """The engine of every shard this process has led so far, by shard (shard 0 alone,
+        from construction, when the outbox is not sharded)."""
+        runner = self.runner
+        return {0: runner} if isinstance(runner, HarvestEngine) else runner.engines
+
+    @property
+    def leading_shards(self) -> list[int]:
+        runner = self.runner
+        if isinstance(runner, HarvestEngine):
+            return [0] if runner.is_leader else []
+        return runner.leading_shards
+
+    # What only a whole-outbox harvester has; a sharded one has them per engine (engines).
+
+    @property
+    def _engine(self) -> HarvestEngine:
+        runner = self.runner
+        if not isinstance(runner, HarvestEngine):
+            raise AttributeError(
+                f"a harvester of {self.config.shards} shards has one engine per shard: see its engines"
+            )
+        return runner
+
+    @property
+    def metrics(self) -> HarvestMetrics:
+        return self._engine.metrics
+
+    @property
+    def leader_id(self) -> str | None:
+        return self._engine.leader_id
+
+    @property
+    def in_flight_records(self) -> int:
+        return self._engine.in_flight_records
+
+    @property
+    def in_flight_record_keys(self) -> list[str]:
+        return self._engine.in_flight_record_keys
+
+    @property
+    def backlog_in_memory(self) -> int:
+        return self._engine.backlog_in_memory
+
+    @property
+    def binding(self) -> DatabaseBinding | None:
+        return self._engine.binding
+
+
+class ShardedHarvest(Harvest):
+    """Deprecated: :class:`Harvest` honours ``config.shards`` itself."""
 
     def __init__(
         self,
@@ -89,10 +201,7 @@ class ShardedHarvest(ShardedHarvestEngine):
         kafka: KafkaClients | None = None,
         on_event: EventHandler | None = None,
     ) -> None:
-        resolved = config.resolve()
-        super().__init__(
-            resolved, binding=_sql_binding(resolved) if binding is None else binding,
-            kafka=_confluent() if kafka is None else kafka,
+        warnings.warn(
+            "ShardedHarvest is deprecated: Harvest harvests in config.shards shards", DeprecationWarning, stacklevel=2
         )
-        if on_event is not None:
-            self.set_event_handler(on_event)
+        super().__init__(config, binding=binding, kafka=kafka, on_event=on_event)

@@ -30,14 +30,7 @@ from pyharvest.plugins.api import GOHARVEST
 from tests.fakes import FakeBinding, FakeKafka
 from tests.kafka_tools import create_topic, read_topic, values_per_key
 from tests.test_harvest_e2e import outbox_count
-
-
-def wait_until(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
+from tests.waiting import wait_until
 
 # ---------------------------------------------------------------------- stash time
 

@@ -8,6 +8,7 @@ implements none of these hooks gets the generic answers, or a clear "not support
 from __future__ import annotations
 
 import types
+import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -25,6 +26,8 @@ NEW_HOOKS = [
     "pyharvest_upsert_from_select",
     "pyharvest_staging_table",
     "pyharvest_bulk_move_statements",
+    "pyharvest_key_hash_guard",
+    "pyharvest_index_names",
 ]
 
 
@@ -70,8 +73,16 @@ def test_a_dialect_without_the_hooks_gets_the_generic_answers() -> None:
     assert bare.upsert_from_select(target, source, ["id"], [staging.c.seq]) is None  # the caller says "not supported"
     assert bare.staging_table(target) is target
     assert bare.bulk_move_statements() == []
+    from pyharvest.plugins.api import OutboxTable, parse_table_name
+
+    # The generic guard: a CHECK constraint, quoted as the SQL standard does without a backend named.
+    (guard,) = bare.key_hash_guard(OutboxTable.build(parse_table_name("outbox")), "outbox_key_hash_required")
+    assert guard == "ALTER TABLE outbox ADD CONSTRAINT outbox_key_hash_required CHECK (kafka_key_hash IS NOT NULL)"
     engine = sa.create_engine("sqlite://")
     with engine.connect() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (a INTEGER)")
+        conn.exec_driver_sql("CREATE INDEX t_a ON t (a)")
+        assert bare.index_names(conn, parse_table_name("t")) == {"t_a"}  # the generic answer: reflection
         assert bare.insert_new_keys(conn, target, "id", [1], {}) is None  # the generic look-up and insert
         assert bare.bulk_writer(conn, target, ["id"]) is None
     engine.dispose()
@@ -347,7 +358,7 @@ def test_bulk_insert_asks_again_after_an_insert_failed(engine: sa.Engine, table_
     rows = [("s", f"i{i}", datetime.now(UTC)) for i in range(40)]
     with pytest.raises(sa.exc.DBAPIError), engine.begin() as conn:
         insert(conn, rows)
-    assert engine not in insert._writers
+    assert engine not in insert._writers._writers  # the None answer forgotten
     table.create(engine)
     with engine.begin() as conn:
         assert insert(conn, rows) == 40
@@ -368,7 +379,7 @@ def test_bulk_insert_pickles_without_its_caches(tmp_path: Any) -> None:
     with engine.begin() as conn:
         insert(conn, [("s", "a", datetime.now(UTC))])
     copy = pickle.loads(pickle.dumps(insert))
-    assert copy.columns == insert.columns and not copy._writers
+    assert copy.columns == insert.columns and not copy._writers._writers  # no engine asked yet
     with engine.begin() as conn:
         assert copy(conn, [("s", "b", datetime.now(UTC))]) == 1
     engine.dispose()
@@ -431,3 +442,32 @@ def test_bulk_insert_streams_an_iterator_to_the_writer_once(tmp_path: Any, monke
         with pytest.raises(RuntimeError, match="read once"):  # an iterator is not silently lost
             BulkInsert(seen)(conn, (("s", f"i{i}", now) for i in range(3)))
     engine.dispose()
+
+
+def test_the_upsert_construct_runs_its_standard_merge_on_a_live_database(database_url: str, dialect: str) -> None:
+    """``UpsertFromSelect`` compiles to the SQL standard's ``MERGE`` where no dialect registered
+    a form of its own: run for real where the database has ``MERGE`` (PostgreSQL 15+), so the
+    construct that SQL Server's and Oracle's forms share is proven to execute, keys' last rows won."""
+    from pyharvest.plugins.api import UpsertFromSelect
+
+    if dialect != "postgresql":
+        pytest.skip("PostgreSQL 15 runs the standard MERGE; its plugin upserts with ON CONFLICT")
+    engine = sa.create_engine(database_url)
+    suffix = uuid.uuid4().hex[:8]
+    md = sa.MetaData()
+    target = sa.Table(f"merge_t_{suffix}", md, sa.Column("id", sa.Integer, primary_key=True), sa.Column("v", sa.Text))
+    staging = sa.Table(f"merge_s_{suffix}", md, sa.Column("id", sa.Integer), sa.Column("v", sa.Text),
+                       sa.Column("seq", sa.Integer))
+    md.create_all(engine)
+    try:
+        with engine.begin() as tx:
+            tx.execute(target.insert(), [{"id": 1, "v": "old"}, {"id": 2, "v": "kept"}])
+            tx.execute(staging.insert(), [{"id": 1, "v": "a", "seq": 1}, {"id": 1, "v": "b:c", "seq": 2},
+                                          {"id": 3, "v": "new", "seq": 3}])
+            source = sa.select(staging.c.id, staging.c.v).where(staging.c.seq > 0)
+            tx.execute(UpsertFromSelect(target, source, ["id"], [staging.c.seq]))
+        with engine.connect() as c:
+            assert dict(c.execute(sa.select(target.c.id, target.c.v)).all()) == {1: "b:c", 2: "kept", 3: "new"}
+    finally:
+        md.drop_all(engine)
+        engine.dispose()

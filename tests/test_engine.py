@@ -12,6 +12,7 @@ from pyharvest.core import Config, HarvestEngine, Limits, State
 from pyharvest.core.events import LeaderAcquired, LeaderFenced, LeaderRefreshed, LeaderRevoked, MeterRead
 from pyharvest.core.kafka import DeliveryError
 from tests.fakes import FakeBinding, FakeKafka
+from tests.waiting import wait_until
 
 
 def make(binding: FakeBinding, kafka: FakeKafka, **limits: object) -> HarvestEngine:
@@ -21,14 +22,6 @@ def make(binding: FakeBinding, kafka: FakeKafka, **limits: object) -> HarvestEng
         setattr(lim, k, v)
     cfg = Config(leader_topic="app.neli", leader_group_id="app", data_source="fake://", limits=lim)
     return HarvestEngine(cfg, binding=binding, kafka=kafka)
-
-
-def wait_until(cond, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.005)
 
 
 def per_key(log):
@@ -324,14 +317,35 @@ def test_fenced_event_comes_before_in_flight_records_resolve():
 
 
 def test_the_facades_take_the_event_handler_at_construction():
-    from pyharvest import Harvest, ShardedHarvest
+    from pyharvest import Harvest
 
     db = FakeBinding()
     events: list[object] = []
     cfg = make(db, FakeKafka()).config
-    with Harvest(cfg, binding=db, kafka=FakeKafka(), on_event=events.append):
+    with Harvest(cfg, binding=db, kafka=FakeKafka(), on_event=events.append) as h:
         fill(db, 10, 2)
         wait_until(lambda: any(isinstance(e, LeaderAcquired) for e in events))
+        assert h.leading_shards == [0] and h.engines == {0: h.runner}
     assert any(isinstance(e, LeaderRevoked) for e in events)
-    sharded = ShardedHarvest(cfg, binding=db, kafka=FakeKafka(), on_event=events.append)  # type: ignore[arg-type]
-    assert sharded._event_handler == events.append
+
+
+def test_one_harvest_honours_shards_and_sharded_harvest_is_its_deprecated_name():
+    from dataclasses import replace
+
+    from pyharvest import ConfigError, Harvest, ShardedHarvest
+    from pyharvest.core.sharded import ShardedHarvestEngine
+
+    db = FakeBinding()
+    cfg = replace(make(db, FakeKafka()).config, shards=4)
+    events: list[object] = []
+    harvest = Harvest(cfg, binding=lambda: db, kafka=FakeKafka(), on_event=events.append)  # type: ignore[arg-type,return-value]
+    assert isinstance(harvest.runner, ShardedHarvestEngine)
+    assert harvest.runner._event_handler == events.append
+    with pytest.raises(AttributeError, match="one engine per shard"):
+        _ = harvest.metrics
+    # A binding that cannot mark a shard's rows is refused before anything connects.
+    with pytest.raises(ConfigError, match="cannot mark a shard's rows"):
+        Harvest(cfg, binding=db, kafka=FakeKafka())
+    with pytest.warns(DeprecationWarning, match="Harvest harvests in config.shards shards"):
+        sharded = ShardedHarvest(cfg, binding=lambda: db, kafka=FakeKafka())  # type: ignore[arg-type,return-value]
+    assert isinstance(sharded, Harvest) and isinstance(sharded.runner, ShardedHarvestEngine)

@@ -3,7 +3,6 @@ mid-stream; the survivors finish the job with nothing lost and per-key order hel
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -20,6 +19,9 @@ from pyharvest import OutboxRecord, stasher
 from pyharvest.bindings.sql import create_outbox_table
 from tests.kafka_tools import create_topic, read_topic, values_per_key
 from tests.test_harvest_e2e import collapse_one_off_duplicates, wait_empty
+from tests.waiting import wait_until
+
+wait_for = wait_until  # the name other test modules import from here
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
@@ -53,13 +55,6 @@ class Reaper:
             return self.proc.wait(timeout)
         finally:
             self._log.close()
-
-
-def wait_for(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def test_leader_stopped_then_killed_mid_stream(tmp_path, kafka_bootstrap, database_url, table_name, topic_name):
@@ -105,25 +100,25 @@ def test_leader_stopped_then_killed_mid_stream(tmp_path, kafka_bootstrap, databa
     writing = threading.Thread(target=writer)
     writing.start()
     try:
-        wait_for(lambda: any(r.is_leader() for r in reapers), 60, "a first leader")
+        wait_until(lambda: any(r.is_leader() for r in reapers), 60, "a first leader")
         time.sleep(2)
         first = next(r for r in reapers if r.is_leader())
         first.signal(signal.SIGTERM)
         assert first.wait(30) == 0, first.log()
         assert "stopped" in first.log()
         survivor = next(r for r in reapers if r is not first)
-        wait_for(survivor.is_leader, 60, "the standby to take over after SIGTERM")
+        wait_until(survivor.is_leader, 60, "the standby to take over after SIGTERM")
         # Bring a standby back (the rebalance may move leadership to it), then kill whoever
         # leads outright, with its in-flight window full.
         reapers.append(Reaper(config_path, tmp_path / "reaper-2.log"))
         live = [survivor, reapers[2]]
         time.sleep(5)
-        wait_for(lambda: sum(r.is_leader() for r in live) == 1, 60, "the group to settle on one leader")
+        wait_until(lambda: sum(r.is_leader() for r in live) == 1, 60, "the group to settle on one leader")
         victim = next(r for r in live if r.is_leader())
         heir = next(r for r in live if r is not victim)
         victim.signal(signal.SIGKILL)
         victim.wait(10)
-        wait_for(heir.is_leader, 90, "the standby to take over after SIGKILL")
+        wait_until(heir.is_leader, 90, "the standby to take over after SIGKILL")
         time.sleep(1)
         stop_writing.set()
         writing.join()

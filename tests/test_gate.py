@@ -185,7 +185,7 @@ def test_quiesce_gives_up_at_the_deadline_or_when_no_delivery_thread_is_left():
     assert 0.04 <= time.monotonic() - started < 1.0
     started = time.monotonic()
     d.quiesce("test", None, lambda: False)
-    assert time.monotonic() - started < 0.05
+    assert time.monotonic() - started < 2.0  # at once, not never (no deadline): a bound a busy machine meets
     assert d.gate.in_flight == 1
 
 
@@ -201,7 +201,7 @@ def test_wait_for_room_wakes_on_release_and_not_at_all_with_a_remark_due():
     d.raise_remark()
     started = time.monotonic()
     d.wait_for_room(threshold=1, timeout=5.0)
-    assert time.monotonic() - started < 0.05
+    assert time.monotonic() - started < 2.5  # not at all, rather than the 5 s timeout
 
 
 def test_a_key_stuck_longer_than_the_queue_timeout_raises_a_remark():

@@ -13,6 +13,7 @@ from pyharvest.core.binding import ChangeFeed
 from pyharvest.core.errors import ConfigError
 from pyharvest.core.idle import IdleBackoff, Wakeup
 from tests.fakes import FakeBinding, FakeKafka
+from tests.waiting import wait_until
 
 
 class Clock:
@@ -134,13 +135,6 @@ def engine(binding: FakeBinding, kafka: FakeKafka, **limits: float) -> HarvestEn
                  **limits)  # type: ignore[arg-type]
     cfg = Config(leader_topic="app.neli", leader_group_id="app", data_source="fake://", limits=lim)
     return HarvestEngine(cfg, binding=binding, kafka=kafka)
-
-
-def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.005)
 
 
 def test_an_idle_leader_backs_off_and_records_still_flow():

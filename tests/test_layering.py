@@ -1,5 +1,6 @@
-"""The package boundaries of the design, checked on the sources: what may import what, and
-that database differences live in the dialect plugins."""
+"""The package boundaries of the design, checked on the sources: what may import what (lazy
+imports inside functions included), that no two modules import each other through any chain,
+and that database differences live in the dialect plugins."""
 
 from __future__ import annotations
 
@@ -48,20 +49,125 @@ def test_plugins_import_only_the_plugin_api_of_pyharvest() -> None:
         assert own <= {"pyharvest.plugins.api"}, f"{p.name} imports {sorted(own)}"
 
 
-def test_bindings_reach_plugins_only_through_the_api() -> None:
+def test_bindings_import_only_core_and_the_plugin_api() -> None:
+    allowed = ("pyharvest.core", "pyharvest.plugins.api", "pyharvest.bindings")
+
     def bad(path: Path, module: str) -> bool:
-        return module.startswith("pyharvest.plugins") and module != "pyharvest.plugins.api"
+        own = module == "pyharvest" or module.startswith("pyharvest.")
+        return own and not any(module == a or module.startswith(a + ".") for a in allowed)
 
     assert offending("bindings", bad) == []
 
 
+# A database's or driver's name, by any spelling: asked of a dialect, an engine, a URL or a
+# Django connection, or written as a string (a type variant, a scheme, a lookup key).
+NAMES = r"postgres|postgresql|psycopg2?|mysql|mariadb|pymysql|mysqldb|sqlite3?|pysqlite|mssql|microsoft|pyodbc|oracle|oracledb|cx_oracle"
+NAME_TESTS = re.compile(
+    r"\.(name|driver|drivername|vendor|get_backend_name\(\)|get_driver_name\(\)) *(==|!=|in |not in )"
+    r"|is_postgresql|_is_psycopg"
+    rf"|[\"']({NAMES})[\"']"
+    rf"|\.startswith\(\(?[\"']({NAMES})"
+)
+
+
 @pytest.mark.parametrize("folder", ["core", "bindings", "pyharvest"])
-def test_no_database_or_driver_name_branches_outside_plugins(folder: str) -> None:
-    pattern = re.compile(r"(dialect|db|self)\.(name|driver) *(==|!=|in |not in )|is_postgresql|_is_psycopg")
+def test_no_database_or_driver_name_tests_outside_plugins(folder: str) -> None:
     hits = [
         f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
         for p in sources(folder)
         for n, line in enumerate(p.read_text().splitlines(), 1)
-        if pattern.search(line) and "f.name" not in line
+        if NAME_TESTS.search(line.split("#")[0]) and "f.name" not in line
     ]
     assert hits == []
+
+
+def test_the_name_check_sees_every_spelling() -> None:
+    for line in ('if url.get_backend_name() == "sqlite":', 'sa.Integer().with_variant(x, "sqlite")',
+                 "if engine.dialect.name in ('mysql', 'mariadb'):", 'if conn.driver == "psycopg":',
+                 'if data_source.startswith("postgres"):', 'backend = {"microsoft": "mssql"}'):
+        assert NAME_TESTS.search(line), line
+
+
+PACKAGES = {"core": "pyharvest.core", "bindings": "pyharvest.bindings", "plugins": "pyharvest.plugins",
+            "pyharvest": "pyharvest"}
+
+
+def module_names() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for folder, prefix in PACKAGES.items():
+        for p in sources(folder):
+            parts = list(p.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join([prefix, *parts])] = p
+    return found
+
+
+def runtime_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules ``name`` imports when it runs (at import or inside a function; not under
+    ``if TYPE_CHECKING``): ``from package import module`` counts as the module."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for other in child.orelse:
+                    visit(other)
+                continue
+            if isinstance(child, ast.Import):
+                found.update(a.name for a in child.names if a.name in modules)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    parent = package.rsplit(".", child.level - 1)[0] if child.level > 1 else package
+                    base = f"{parent}.{base}" if base else parent
+                for a in child.names:
+                    target = f"{base}.{a.name}"
+                    if target in modules:
+                        found.add(target)
+                    elif base in modules:
+                        found.add(base)
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    found.discard(name)
+    return found
+
+
+def import_cycles() -> list[list[str]]:
+    """The strongly connected components of more than one module in the import graph (Tarjan)."""
+    modules = module_names()
+    graph = {name: runtime_imports(name, path, modules) for name, path in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return cycles
+
+
+def test_no_import_cycles_between_modules() -> None:
+    assert import_cycles() == []

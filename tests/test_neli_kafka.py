@@ -13,6 +13,7 @@ from pyharvest.core import Config, HarvestEngine, Limits
 from pyharvest.core.events import LeaderAcquired, LeaderRevoked
 from pyharvest.core.kafka import TopicError
 from tests.fakes import FakeBinding
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -29,13 +30,6 @@ def harvester(kafka_config, group: str, db: FakeBinding, events: list) -> Harves
     return h
 
 
-def wait_for(cond, timeout: float = 40.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_exactly_one_leader_and_takeover_on_graceful_stop(kafka_config):
     group = f"neli-{uuid.uuid4().hex[:8]}"
     db = FakeBinding()
@@ -45,14 +39,14 @@ def test_exactly_one_leader_and_takeover_on_graceful_stop(kafka_config):
     h2 = harvester(kafka_config, group, db, e2)
     h1.start()
     try:
-        wait_for(lambda: h1.is_leader)
+        wait_until(lambda: h1.is_leader)
         h2.start()
         time.sleep(8)  # let the group settle with two members
         assert [h1.is_leader, h2.is_leader].count(True) == 1
         leader, standby = (h1, h2) if h1.is_leader else (h2, h1)
         leader.stop()
         assert leader.join(20)
-        wait_for(lambda: standby.is_leader)
+        wait_until(lambda: standby.is_leader)
         acquired = [e for e in e1 + e2 if isinstance(e, LeaderAcquired)]
         assert len({e.leader_id for e in acquired}) == len(acquired), "leader ids are never reused"
         assert any(isinstance(e, LeaderRevoked) for e in (e1 if leader is h1 else e2))

@@ -133,14 +133,14 @@ def test_refuse_turns_new_connections_away_but_keeps_current_ones(proxy):
 @pytest.mark.db
 def test_latency_applies_per_chunk(proxy):
     with connect(proxy) as conn:
-        proxy.set_latency(0.15)
+        proxy.set_latency(0.5)
         started = time.monotonic()
         one(conn)  # one chunk up, one chunk down
-        assert time.monotonic() - started >= 0.3
+        assert time.monotonic() - started >= 1.0
         proxy.heal()
         started = time.monotonic()
         one(conn)
-        assert time.monotonic() - started < 0.15
+        assert time.monotonic() - started < 0.5  # healed: no chunk waits the latency (a bound a busy machine meets)
     with pytest.raises(ValueError):
         proxy.set_latency(-1)
 

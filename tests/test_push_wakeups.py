@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
 
 from pyharvest import Config, Harvest, Limits, OutboxRecord, notify, stasher
 from pyharvest.bindings.sql import create_outbox_table
-from pyharvest.notify import wake_harvester
+from pyharvest.stasher.notify import wake_harvester
 from pyharvest.plugins import postgresql
 from pyharvest.plugins.api import parse_table_name
 from tests.fixtures.databases import server_url, unique_table
 from tests.kafka_tools import create_topic, read_topic
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -40,13 +41,6 @@ def pg_table(pg_url: str) -> Iterator[str]:
     with engine.begin() as c:
         c.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
     engine.dispose()
-
-
-def wait_until(cond: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def harvester(kafka_config: dict[str, object], url: str, table: str, max_mark_backoff: float) -> Harvest:
@@ -231,7 +225,7 @@ def test_other_databases_back_off_when_idle_and_records_still_flow(
 
 
 def test_the_shards_of_an_outbox_share_one_listening_connection(kafka_config, kafka_bootstrap, topic_name, pg_url):
-    from pyharvest import ShardedHarvest
+    from pyharvest import Harvest
 
     table = unique_table()
     create_outbox_table(pg_url, table, shards=2)
@@ -243,7 +237,7 @@ def test_the_shards_of_an_outbox_share_one_listening_connection(kafka_config, ka
         limits=Limits(heartbeat_timeout=2.0, min_poll_interval=0.05, mark_backoff=0.01, max_mark_backoff=LONG_PAUSE),
     )
     try:
-        with ShardedHarvest(config) as h:
+        with Harvest(config) as h:
             wait_until(lambda: len(h.leading_shards) == 2)
             time.sleep(2.0)  # both shards idle, their pauses long
             assert h.health().change_feed_connected is True

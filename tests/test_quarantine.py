@@ -27,6 +27,7 @@ from pyharvest.plugins.api import TableName
 from pyharvest.verify import verify_topic
 from tests.kafka_tools import create_topic
 from tests.test_harvest_e2e import outbox_count
+from tests.waiting import wait_until
 
 SMALL_LIMIT = 20_000  # the producer's message.max.bytes in the "broken" configuration
 POISON = b"P" * 30_000
@@ -39,13 +40,6 @@ def stash_all(url: str, table: str, records: list[OutboxRecord]) -> None:
             stasher.Stasher(table).prepare(conn).stash_many(records)
     finally:
         engine.dispose()
-
-
-def wait_until(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.1)
 
 
 # ---------------------------------------------------------------------- the binding

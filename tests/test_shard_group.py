@@ -1,5 +1,6 @@
-"""Sharded Fast NELI on a fake group: which shards lead, fencing per shard, revocations that
-wait for the engine, and clear errors for a leader topic of the wrong size."""
+"""Fast NELI on a fake group: which shards lead, fencing per shard, revocations that wait for
+the engine, clear errors for a leader topic of the wrong size, and the single leader as the
+one-shard group."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import threading
 import pytest
 
 from pyharvest.core.errors import TopicError
-from pyharvest.core.neli import LeaderStatus
-from pyharvest.core.shard_group import ShardGroup
+from pyharvest.core.neli import LeaderStatus, Neli, ShardGroup
 
 
 class Consumer:
@@ -201,3 +201,66 @@ def test_the_leader_group_settings_keep_fencing_first_and_hear_of_rebalances_wit
     consumer, _ = leader_client_configs({"heartbeat.interval.ms": 3000, "session.timeout.ms": 1}, "g", 2.0)
     assert consumer["heartbeat.interval.ms"] == 3000  # the operator's choice wins
     assert consumer["session.timeout.ms"] == 6000  # but not against fencing
+
+
+def single_leader(partitions: int = 1):
+    clients, clock = Clients(partitions), Clock()
+    statuses: list[LeaderStatus] = []
+    neli = Neli(clients, {}, "app.neli", "app", "me", heartbeat_timeout=1.0, min_poll_interval=0.01,
+                poll_duration=0.0, on_status=statuses.append, clock=clock)
+    return neli, clients, clock, statuses
+
+
+def test_the_single_leader_is_the_one_shard_group_and_keeps_the_eager_protocol() -> None:
+    neli, clients, clock, statuses = single_leader()
+    neli.start()
+    # Old single-leader reapers use the default (eager) assignment: a rolling upgrade mixes both.
+    assert "partition.assignment.strategy" not in clients.consumer.config
+    assert neli.poll_due() == 0  # the first poll is not held back
+    clients.consumer.to_assign = [0]
+    assert neli.pulse() and statuses == [LeaderStatus.ACQUIRED]
+    assert clients.producer_.heartbeats == [0]
+    clock.now += 0.005
+    assert neli.poll_due() > 0 and neli.pulse()  # not due: no poll, no heartbeat
+    assert clients.producer_.heartbeats == [0]
+    clock.now += 2.0  # no heartbeat came back within heartbeat_timeout
+    assert not neli.pulse() and statuses[-1] is LeaderStatus.FENCED
+    clock.now += 0.02
+    clients.consumer.returned = [0]
+    assert neli.pulse() and statuses[-1] is LeaderStatus.ACQUIRED
+    clock.now += 0.02
+    clients.consumer.to_revoke = [0]
+    assert not neli.pulse() and statuses[-1] is LeaderStatus.REVOKED
+
+
+def test_the_single_leader_refuses_a_leader_topic_made_for_shards() -> None:
+    neli, *_ = single_leader(partitions=4)
+    with pytest.raises(TopicError, match="has 4 partition.*shards is 1.*cannot remove partitions"):
+        neli.start()
+
+
+class CountingConsumer:
+    """A leader consumer written before shards existed: it only counts what it read."""
+
+    def __init__(self) -> None:
+        self.inner = Consumer()
+
+    def subscribe(self, topic, on_assign, on_revoke) -> None:
+        self.inner.subscribe(topic, on_assign, on_revoke)
+
+    def poll(self, timeout: float) -> int:
+        return len(self.inner.poll_partitions(timeout))
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_single_leader_client_that_only_counts_heartbeats_still_leads() -> None:
+    neli, clients, clock, statuses = single_leader()
+    consumer = clients.consumer = CountingConsumer()  # type: ignore[assignment]
+    neli.start()
+    consumer.inner.to_assign = [0]
+    assert neli.pulse() and statuses == [LeaderStatus.ACQUIRED]
+    clock.now += 2.0
+    consumer.inner.returned = [0]
+    assert neli.pulse() and statuses == [LeaderStatus.ACQUIRED]  # its heartbeat counted: not fenced

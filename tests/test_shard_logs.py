@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from pyharvest import Config, Limits, ShardedHarvest
+from pyharvest import Config, Harvest, Limits
 from pyharvest.bindings.sql import create_outbox_table
 
 pytestmark = pytest.mark.kafka
@@ -20,7 +20,7 @@ SHARDS = 2
 def test_every_engine_line_names_its_shard(kafka_config, database_url, table_name, caplog) -> None:  # type: ignore[no-untyped-def]
     caplog.set_level(logging.INFO, logger="pyharvest")
     create_outbox_table(database_url, table_name, shards=SHARDS)
-    harvest = ShardedHarvest(Config(
+    harvest = Harvest(Config(
         base_kafka_config=dict(kafka_config), leader_group_id=f"shard-logs-{uuid.uuid4().hex[:8]}",
         data_source=database_url, outbox_table=table_name, shards=SHARDS,
         limits=Limits(heartbeat_timeout=2.0, min_poll_interval=0.05),

@@ -9,11 +9,12 @@ import uuid
 
 import pytest
 
-from pyharvest import Config, LeaderAcquired, Limits, ShardedHarvest
+from pyharvest import Config, Harvest, LeaderAcquired, Limits
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.shards import shard_of
 from tests.kafka_tools import create_topic, read_topic, values_per_key
 from tests.test_harvest_e2e import collapse_one_off_duplicates, wait_empty, write_concurrently
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -31,13 +32,6 @@ def sharded_config(kafka_config, url: str, table: str, group: str) -> Config:
     )
 
 
-def wait_for(what: str, cond, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def test_two_harvesters_share_the_shards_and_one_takes_over(
     kafka_config, kafka_bootstrap, database_url, table_name, topic_name
 ) -> None:
@@ -45,23 +39,23 @@ def test_two_harvesters_share_the_shards_and_one_takes_over(
     create_topic(kafka_bootstrap, topic_name, partitions=4)
     group = f"sharded-{uuid.uuid4().hex[:8]}"
     events: list[tuple[str, object]] = []
-    first = ShardedHarvest(sharded_config(kafka_config, database_url, table_name, group))
-    second = ShardedHarvest(sharded_config(kafka_config, database_url, table_name, group))
+    first = Harvest(sharded_config(kafka_config, database_url, table_name, group))
+    second = Harvest(sharded_config(kafka_config, database_url, table_name, group))
     first.set_event_handler(lambda e: events.append(("first", e)))
     second.set_event_handler(lambda e: events.append(("second", e)))
     first.start()
     second.start()
     try:
-        wait_for("both harvesters to lead some shards",
-                 lambda: first.leading_shards and second.leading_shards
-                 and sorted(first.leading_shards + second.leading_shards) == list(range(SHARDS)))
+        wait_until(lambda: first.leading_shards and second.leading_shards
+                   and sorted(first.leading_shards + second.leading_shards) == list(range(SHARDS)),
+                   60, "both harvesters to lead some shards")
         assert not set(first.leading_shards) & set(second.leading_shards)
         expected = write_concurrently(database_url, table_name, topic_name, writers=2, per_writer=400, keys=41)
         wait_empty(database_url, table_name)
         # One stops: its shards move to the other, which harvests what is written next.
         second.stop()
         assert second.join(60)
-        wait_for("the first to lead every shard", lambda: first.leading_shards == list(range(SHARDS)))
+        wait_until(lambda: first.leading_shards == list(range(SHARDS)), 60, "the first to lead every shard")
         more = write_concurrently(database_url, table_name, topic_name, writers=2, per_writer=100, keys=41)
         wait_empty(database_url, table_name)
     finally:
@@ -97,8 +91,8 @@ def test_changing_the_number_of_shards_keeps_order(kafka_config, kafka_bootstrap
     try:
         two = sharded_config(kafka_config, database_url, table_name, group)
         two.shards = 2
-        with ShardedHarvest(two) as harvest:
-            wait_for("two shards led", lambda: harvest.leading_shards == [0, 1])
+        with Harvest(two) as harvest:
+            wait_until(lambda: harvest.leading_shards == [0, 1], 60, "two shards led")
             time.sleep(2)
         # 1. every harvester is stopped (mid-stream: the writer goes on)
         time.sleep(1)
@@ -107,11 +101,11 @@ def test_changing_the_number_of_shards_keeps_order(kafka_config, kafka_bootstrap
         three = sharded_config(kafka_config, database_url, table_name, group)
         three.shards = 3
         with pytest.raises(TopicError, match="has 2 partition.*shards is 3.*new leaderTopic"):
-            ShardedHarvest(three).start()
+            Harvest(three).start()
         three.leader_topic = f"{group}.neli.3"
         # 4. start with the new number
-        with ShardedHarvest(three) as harvest:
-            wait_for("three shards led", lambda: harvest.leading_shards == [0, 1, 2])
+        with Harvest(three) as harvest:
+            wait_until(lambda: harvest.leading_shards == [0, 1, 2], 60, "three shards led")
             time.sleep(2)
             writer.stop()
             wait_empty(database_url, table_name)
@@ -134,13 +128,13 @@ def test_metrics_and_probes_per_shard(kafka_config, kafka_bootstrap, database_ur
     create_topic(kafka_bootstrap, topic_name, partitions=1)
     cfg = sharded_config(kafka_config, database_url, table_name, f"metrics-{uuid.uuid4().hex[:8]}")
     cfg.shards = 2
-    harvest = ShardedHarvest(cfg)
+    harvest = Harvest(cfg)
     ops = start_ops_server(harvest, {"address": "127.0.0.1", "port": 0, "backlogInterval": "50ms"})
     assert ops is not None
     try:
         assert get(ops.url + "/readyz")[0] == 503  # not started yet
         harvest.start()
-        wait_for("both shards led", lambda: harvest.leading_shards == [0, 1])
+        wait_until(lambda: harvest.leading_shards == [0, 1], 60, "both shards led")
         import sqlalchemy as sa
 
         from pyharvest.stasher import Stasher
@@ -150,8 +144,8 @@ def test_metrics_and_probes_per_shard(kafka_config, kafka_bootstrap, database_ur
             Stasher(table_name).stash_many(tx, [OutboxRecord(topic_name, f"k{i}", b"v") for i in range(40)])
         engine.dispose()
         wait_empty(database_url, table_name)
-        wait_for("the counters", lambda: sum(v for k, v in scrape(ops).items()
-                                             if k.startswith("pyharvest_records_purged_total")) >= 40)
+        wait_until(lambda: sum(v for k, v in scrape(ops).items() if k.startswith("pyharvest_records_purged_total")) >= 40,
+                   60, "the counters")
         samples = scrape(ops)
         assert samples['pyharvest_leader{shard="0"}'] == 1.0 and samples['pyharvest_leader{shard="1"}'] == 1.0
         purged = [samples[f'pyharvest_records_purged_total{{shard="{p}"}}'] for p in (0, 1)]

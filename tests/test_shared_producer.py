@@ -8,8 +8,9 @@ import threading
 import time
 
 from pyharvest.core.kafka import DeliveryError, KafkaConfigMap
-from pyharvest.core.shared_producer import ProducerHandle, SharedProducer, ShardKafkaClients
+from pyharvest.core.shared_producer import ProducerHandle, ShardKafkaClients, SharedProducer
 from tests.fakes import FakeKafka, FakeProducer
+from tests.waiting import wait_until
 
 
 class CountingKafka(FakeKafka):
@@ -34,13 +35,6 @@ def reports_to(into: list[tuple[str, DeliveryError | None]], key: str):  # type:
     return lambda err: into.append((key, err))
 
 
-def wait_for(condition, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
-
-
 def test_shards_share_one_producer_and_each_report_reaches_the_shard_that_sent_it() -> None:
     kafka = CountingKafka()
     shared = SharedProducer(kafka, {})
@@ -51,7 +45,7 @@ def test_shards_share_one_producer_and_each_report_reaches_the_shard_that_sent_i
         for i in range(50):
             a.produce("t", f"a{i}", b"v", [], reports_to(got_a, f"a{i}"))
             b.produce("t", f"b{i}", b"v", [], reports_to(got_b, f"b{i}"))
-        wait_for(lambda: len(got_a) == 50 and len(got_b) == 50)
+        wait_until(lambda: len(got_a) == 50 and len(got_b) == 50)
         assert len(kafka.producers) == 1
         assert [k for k, _ in got_a] == [f"a{i}" for i in range(50)]
         assert [k for k, _ in got_b] == [f"b{i}" for i in range(50)]

@@ -10,7 +10,7 @@ from pyharvest import KeyTooLongError, OutboxTableMissingError, RecordTooLargeEr
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.records import InvalidRecordError, OutboxRecord
 from pyharvest.plugins.api import KEY_LENGTH
-from pyharvest.stash_errors import DEFAULT_MAX_RECORD_BYTES, PRODUCER_MESSAGE_MAX_BYTES
+from pyharvest.stasher.errors import DEFAULT_MAX_RECORD_BYTES, PRODUCER_MESSAGE_MAX_BYTES
 from pyharvest.stasher import Stasher
 
 
@@ -124,7 +124,7 @@ def test_the_largest_record_the_stasher_accepts_by_default_is_published_by_defau
     import uuid
 
     from pyharvest import Config, Harvest, Limits
-    from pyharvest.stash_limits import record_bytes
+    from pyharvest.stasher.limits import record_bytes
     from tests.kafka_tools import create_topic, read_topic
 
     engine, table = outbox

@@ -21,10 +21,9 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from pyharvest.bindings.kafka.logs import librdkafka_logger
-from pyharvest.inbox.checkpoints import TopicPartition
-from pyharvest.inbox.errors import InboxError, first_line
-from pyharvest.inbox.message import InboxMessage, build_message, delivery_id_for, source_identity
-from pyharvest.inbox.ports import RebalanceListener
+from pyharvest.core.inbox.errors import InboxError, first_line
+from pyharvest.core.inbox.message import InboxMessage, build_message, delivery_id_for, source_identity
+from pyharvest.core.inbox.ports import RebalanceListener, TopicPartition
 
 __all__ = ["ConfluentInboxConsumer", "inbox_consumer_config"]
 

@@ -9,7 +9,7 @@ embedded users call :func:`start_ops_server` themselves, or register a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pyharvest.bindings.ops.config import DEFAULT_ADDRESS, DEFAULT_PORT, OpsConfig
 from pyharvest.core.errors import ConfigError
@@ -20,6 +20,13 @@ if TYPE_CHECKING:
     from pyharvest.bindings.ops.shard_collector import ShardBacklog
     from pyharvest.core.harvest import HarvestEngine
     from pyharvest.core.sharded import ShardedHarvestEngine
+
+class Runs(Protocol):
+    """A façade over a harvester (``pyharvest.Harvest``): what it runs is its ``runner``."""
+
+    @property
+    def runner(self) -> HarvestEngine | ShardedHarvestEngine: ...
+
 
 __all__ = [
     "DEFAULT_ADDRESS",
@@ -33,7 +40,7 @@ __all__ = [
 
 
 def start_ops_server(
-    harvest: HarvestEngine | ShardedHarvestEngine,
+    harvest: HarvestEngine | ShardedHarvestEngine | Runs,
     section: Mapping[str, Any] | OpsConfig | None,
     *,
     process_metrics: bool = True,
@@ -64,8 +71,11 @@ def start_ops_server(
         ) from None
     from pyharvest.bindings.ops.collector import BacklogCounter, HarvestCollector
     from pyharvest.bindings.ops.server import OpsServer
+    from pyharvest.core.harvest import HarvestEngine
     from pyharvest.core.sharded import ShardedHarvestEngine
 
+    if not isinstance(harvest, HarvestEngine | ShardedHarvestEngine):
+        harvest = harvest.runner
     registry = CollectorRegistry()
     backlog: BacklogCounter | ShardBacklog | None
     if isinstance(harvest, ShardedHarvestEngine):

@@ -21,7 +21,6 @@ import pyarrow.compute as pc
 
 from pyharvest.bindings.spark.key_hashes import key_hashes
 from pyharvest.bindings.spark.outbox_layout import EMPTY_HEADERS, KEY_LENGTH, encode_headers
-from pyharvest.core.errors import ConfigError
 from pyharvest.core.records import Header, InvalidRecordError, OutboxRecord, validate_record
 
 __all__ = [
@@ -199,11 +198,3 @@ def derive_events(rows: Sequence[Mapping[str, Any]], batch: pa.RecordBatch,
         out.extend(_record_tuple(item) for item in produced)
     columns: tuple[Iterable[Any], ...] = tuple(zip(*out, strict=True)) if out else ((), (), (), ())
     return _with_hashes(columns, None, key_hash)
-
-
-def require_columns(schema_names: Sequence[str], needed: Iterable[str], what: str) -> None:
-    missing = [c for c in needed if c not in schema_names]
-    if missing:
-        raise ConfigError(
-            what, f"the DataFrame lacks column(s) {', '.join(missing)}; it has: {', '.join(schema_names)}"
-        )

@@ -15,9 +15,9 @@ import sqlalchemy as sa
 from pyharvest.bindings.sql.change_feed import OutboxChangeFeed
 from pyharvest.bindings.sql.quarantine import QuarantinedKey, QuarantineTable
 from pyharvest.bindings.sql.schema import init_db_command, missing_table, table_missing
+from pyharvest.bindings.sql.shard_schema import check_shardable
 from pyharvest.bindings.sql.statements import OutboxStatements
 from pyharvest.core.binding import QuarantineEntry
-from pyharvest.core.errors import BindingError
 from pyharvest.core.records import OutboxRecord
 from pyharvest.plugins.api import Dialect, MalformedRowError, MarkStrategy, OutboxTable
 
@@ -85,6 +85,7 @@ class SqlBinding:
             sa.select(sa.literal_column("1")).select_from(outbox.table).where(sa.false())
         )
         self._owns_engine = True
+        self._shardable: set[int] = set()  # shard counts the table was found ready for
         #: Where the dialect can listen (PostgreSQL), what wakes an idle engine; shared by shards.
         self.change_feed = change_feed or OutboxChangeFeed(engine, dialect, outbox.name)
 
@@ -92,16 +93,10 @@ class SqlBinding:
         """A binding on the same engine whose marks take only the rows of ``shard`` of
         ``shards`` (the table needs the key hash column: ``reaper init-db --shards N``).
         Disposing it leaves the engine to this binding."""
-        if self.outbox.layout != "native":
-            raise BindingError(
-                f"outbox table {str(self.outbox.name)!r} has goharvest's layout, which cannot be harvested in "
-                "shards (its table is kept exactly as goharvest writes it, with no key hash); use shards: 1"
-            )
-        if not self.outbox.key_hash:
-            raise BindingError(
-                f"outbox table {str(self.outbox.name)!r} has no kafka_key_hash column, so its rows cannot be "
-                f"placed in shards; add it with {init_db_command(self.engine, self.outbox.name, f' --shards {shards}')}"
-            )
+        if shards not in self._shardable:
+            init_db = init_db_command(self.engine, self.outbox.name, f" --shards {shards}")
+            check_shardable(self.engine, self.outbox, self.dialect, shards, init_db)
+            self._shardable.add(shards)
         shard_filter = functools.partial(self.dialect.shard_filter, shards=shards, shard=shard)
         outbox = self.outbox.where(shard_filter)
         part = SqlBinding(

@@ -30,7 +30,7 @@ import sqlalchemy as sa
 
 from pyharvest.plugins.api import BulkWriter, Dialect, dialect_of
 
-__all__ = ["EXECUTEMANY_CHUNK", "BulkInsert", "Rows"]
+__all__ = ["EXECUTEMANY_CHUNK", "BulkInsert", "BulkWriters", "Rows"]
 
 # Rows per executemany (and per writer call when the rows come from an iterator): PyMySQL
 # folds each call into multi-row INSERTs of at most max_allowed_packet; SQLite gains nothing
@@ -38,6 +38,42 @@ __all__ = ["EXECUTEMANY_CHUNK", "BulkInsert", "Rows"]
 EXECUTEMANY_CHUNK = 5000
 
 _Converter = Callable[[Any], Any]
+
+
+class BulkWriters:
+    """A dialect's bulk writer for one table, asked once per engine and kept: the one rule for
+    everything that bulk-inserts (:class:`BulkInsert`, the stasher). An answer of None is
+    forgotten when an ``INSERT`` into the table then fails: the dialect may have declined for
+    want of the table, which is why the insert failed too, so it is asked again once the table
+    exists rather than executemany kept for good."""
+
+    def __init__(self, ask: Callable[[sa.Connection], BulkWriter | None]) -> None:
+        self._ask = ask
+        self._lock = threading.Lock()
+        # engine → the dialect's writer, or None where it has none
+        self._writers: weakref.WeakKeyDictionary[sa.Engine, BulkWriter | None] = weakref.WeakKeyDictionary()
+
+    def get(self, connection: sa.Connection) -> BulkWriter | None:
+        """The writer on ``connection``'s engine, asked on ``connection`` the first time."""
+        engine = connection.engine
+        with self._lock:
+            if engine in self._writers:
+                return self._writers[engine]
+        writer = self._ask(connection)
+        with self._lock:
+            self._writers[engine] = writer
+        return writer
+
+    def insert_failed(self, engine: sa.Engine) -> None:
+        """An ``INSERT`` failed on ``engine``: forget a None answer, so that the dialect is asked again."""
+        with self._lock:
+            if engine in self._writers and self._writers[engine] is None:
+                del self._writers[engine]
+
+    def forget(self, engine: sa.Engine) -> None:
+        """Ask again next time, whatever the answer was (the table changed)."""
+        with self._lock:
+            self._writers.pop(engine, None)
 
 
 class BulkInsert:
@@ -67,23 +103,20 @@ class BulkInsert:
         self.chunk_rows = chunk_rows
         self.dialect = dialect
         self._insert = sa.insert(table)
-        self._lock = threading.Lock()
-        # engine → the dialect's writer for this table, or None where it has none
-        self._writers: weakref.WeakKeyDictionary[sa.Engine, BulkWriter | None] = weakref.WeakKeyDictionary()
+        self._writers = BulkWriters(self._ask)
         # SQLAlchemy dialect → the columns' TypeDecorator conversions, None where no column has one
         self._converters: dict[sa.Dialect, list[_Converter | None] | None] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled with its owner (a Spark sink may travel to another process): not the caches.
         state = dict(self.__dict__)
-        for name in ("_lock", "_writers", "_converters"):
+        for name in ("_writers", "_converters"):
             del state[name]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
-        self._writers = weakref.WeakKeyDictionary()
+        self._writers = BulkWriters(self._ask)
         self._converters = {}
 
     def __repr__(self) -> str:
@@ -116,19 +149,13 @@ class BulkInsert:
 
     def writer(self, connection: sa.Connection) -> BulkWriter | None:
         """The dialect's bulk writer for this table on ``connection``'s engine (asked once)."""
-        engine = connection.engine
-        with self._lock:
-            if engine in self._writers:
-                return self._writers[engine]
+        return self._writers.get(connection)
+
+    def _ask(self, connection: sa.Connection) -> BulkWriter | None:
         dialect = self.dialect or dialect_of(connection)
-        writer = (
-            None
-            if dialect is None
-            else dialect.bulk_writer(connection, self.table, self.columns, exact_types=self.exact_types)
-        )
-        with self._lock:
-            self._writers[engine] = writer
-        return writer
+        if dialect is None:
+            return None
+        return dialect.bulk_writer(connection, self.table, self.columns, exact_types=self.exact_types)
 
     def _executemany(self, connection: sa.Connection, rows: Iterable[Sequence[Any]], writer: BulkWriter | None) -> int:
         columns = self.columns
@@ -139,11 +166,7 @@ class BulkInsert:
                 connection.execute(self._insert, chunk)
                 n += len(chunk)
         except sa.exc.DBAPIError:
-            if writer is None:
-                # The dialect may have declined for want of the table, which is why this failed
-                # too: ask it again next time rather than keep executemany for good.
-                with self._lock:
-                    self._writers.pop(connection.engine, None)
+            self._writers.insert_failed(connection.engine)
             raise
         return n
 

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from pyharvest.core.errors import BindingError, ConfigError
-from pyharvest.plugins.api import Dialect, dialect_for_backend, is_libpq_dsn, load_dialect, mask_url
+from pyharvest.plugins.api import LIBPQ_DIALECT, Dialect, dialect_for_backend, is_libpq_dsn, load_dialect, mask_url
 
 __all__ = ["POOL_SIZE", "create_engine", "load_driver", "resolve"]
 
@@ -26,7 +26,7 @@ def resolve(data_source: str, dialect: str | None = None) -> tuple[sa.URL, Diale
         raise ConfigError("dataSource", "expected a SQLAlchemy URL or a libpq key=value string")
     if dialect is None:
         if is_libpq_dsn(data_source):
-            dialect = "postgresql"
+            dialect = LIBPQ_DIALECT
         else:
             dialect = dialect_for_backend(_parse(data_source).get_backend_name())
     plugin = load_dialect(dialect)

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import warnings
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import NoSuchTableError
 
 from pyharvest.bindings.sql.connect import create_engine, resolve
+from pyharvest.bindings.sql.shard_schema import (
+    accepts_rows_without_hash,
+    fill_key_hashes,
+    has_key_hash,
+    has_shard_index,
+    key_hash_guard_name,
+    shard_index_name,
+)
 from pyharvest.core.errors import BindingError, TableNotFoundError
-from pyharvest.core.shards import key_hash
 from pyharvest.plugins.api import (
     KEY_HASH_COLUMN,
-    MAX_PART_LENGTH,
     NATIVE,
     REQUIRED_COLUMNS,
     Dialect,
@@ -90,35 +94,12 @@ def create_outbox_table(
         engine.dispose()
 
 
-def has_key_hash(engine: sa.Engine | sa.Connection, name: TableName) -> bool:
-    """Whether the table has the key hash column that places rows in shards."""
-    columns = sa.inspect(engine).get_columns(name.name, schema=name.schema)
-    return any(c["name"].lower() == KEY_HASH_COLUMN for c in columns)
-
-
-def shard_index_name(name: TableName, shards: int) -> str:
-    """``<table>_shards<N>``, shortened with a hash past the identifier limit."""
-    suffix = f"_shards{int(shards)}"
-    base = name.name
-    if len(base) + len(suffix) > MAX_PART_LENGTH:
-        digest = hashlib.sha1(base.encode(), usedforsecurity=False).hexdigest()[:8]
-        base = f"{base[: MAX_PART_LENGTH - len(suffix) - 9]}_{digest}"
-    return base + suffix
-
-
-def has_shard_index(engine: sa.Engine, name: TableName, shards: int) -> bool:
-    wanted = shard_index_name(name, shards).lower()
-    with warnings.catch_warnings():
-        # SQLite's expression indexes are not reflected (its DDL is idempotent instead).
-        warnings.simplefilter("ignore", sa.exc.SAWarning)
-        indexes = sa.inspect(engine).get_indexes(name.name, schema=name.schema)
-    return any((ix.get("name") or "").lower() == wanted for ix in indexes)
-
-
 def prepare_shards(engine: sa.Engine, name: TableName, plugin: Dialect, shards: int) -> None:
-    """Make the native table ready for ``shards`` shards (idempotent): add the key hash column
-    if it is missing and fill it in for the rows already there, then create the dialect's shard
-    index (see :func:`pyharvest.plugins.hookspecs.pyharvest_shard_ddl`)."""
+    """Make the native table ready for ``shards`` shards (idempotent; see
+    :mod:`~pyharvest.bindings.sql.shard_schema`): add the key hash column if it is missing, make
+    the table refuse new rows without a hash, fill it in for the rows already there, then
+    create the dialect's shard index (:func:`pyharvest.plugins.hookspecs.pyharvest_shard_ddl`).
+    Writers may keep running throughout."""
     layout = check_table(engine, name, plugin)
     if layout != NATIVE:
         raise BindingError(
@@ -130,33 +111,38 @@ def prepare_shards(engine: sa.Engine, name: TableName, plugin: Dialect, shards: 
         with engine.begin() as conn:
             conn.exec_driver_sql(f"ALTER TABLE {name.quoted(preparer)} ADD {preparer.quote(KEY_HASH_COLUMN)} INTEGER")
         log.info("added column %s to %s", KEY_HASH_COLUMN, name)
-    filled = fill_key_hashes(engine, OutboxTable.build(name, NATIVE, key_hash=True))
+    outbox = OutboxTable.build(name, NATIVE, key_hash=True)
+    filled = fill_key_hashes(engine, outbox)
+    _guard_key_hash(engine, outbox, plugin)
+    # What writers that predate the column stored before the guard refused them.
+    filled += fill_key_hashes(engine, outbox)
     if filled:
         log.info("filled in the key hash of %d existing row(s) of %s", filled, name)
-    if not has_shard_index(engine, name, shards):
-        outbox = OutboxTable.build(name, NATIVE, key_hash=True)
+    if not has_shard_index(engine, name, shards, plugin):
         with engine.begin() as conn:
             for stmt in plugin.shard_ddl(outbox, shards, shard_index_name(name, shards)):
                 conn.execute(sa.text(stmt))  # text(): the driver sees a modulo, not a placeholder
         log.info("created the index for %d shards on %s", shards, name)
 
 
-def fill_key_hashes(engine: sa.Engine, outbox: OutboxTable, batch: int = 1000) -> int:
-    """Set the key hash of rows written without one (by a writer that predates the column)."""
-    t = outbox.table
-    hash_column = t.c[KEY_HASH_COLUMN]
-    pending = sa.select(t.c.id, t.c.kafka_key).where(hash_column.is_(None), t.c.id > sa.bindparam("after"))
-    pending = pending.order_by(t.c.id).limit(batch)
-    fill = sa.update(t).where(t.c.id == sa.bindparam("row_id")).values({KEY_HASH_COLUMN: sa.bindparam("h")})
-    total, after = 0, -1
-    while True:
-        with engine.begin() as conn:
-            rows = conn.execute(pending, {"after": after}).all()
-            if not rows:
-                return total
-            conn.execute(fill, [{"row_id": i, "h": key_hash(k)} for i, k in rows])
-        total += len(rows)
-        after = rows[-1][0]
+def _guard_key_hash(engine: sa.Engine, outbox: OutboxTable, plugin: Dialect, attempts: int = 5) -> None:
+    """Make the table refuse new rows without a key hash, unless it already does."""
+    for attempt in range(attempts):
+        if not accepts_rows_without_hash(engine, outbox):
+            return
+        try:
+            with engine.begin() as conn:
+                for stmt in plugin.key_hash_guard(outbox, key_hash_guard_name(outbox.name)):
+                    conn.exec_driver_sql(stmt)
+        except sa.exc.DBAPIError:
+            # A guard that also checks existing rows fails on those written since the last
+            # fill: fill them in and try again.
+            if attempt == attempts - 1:
+                raise
+            fill_key_hashes(engine, outbox)
+            continue
+        log.info("%s now refuses rows without a key hash (%s)", outbox.name, key_hash_guard_name(outbox.name))
+        return
 
 
 def init_db_command(engine: sa.Engine, name: TableName, options: str = "") -> str:

@@ -21,6 +21,7 @@ What is here:
 from pyharvest.core.headers import EMPTY_HEADERS, decode_headers, encode_headers
 from pyharvest.plugins.api.bulk import BulkWriter, begin_if_needed, raise_as_sqlalchemy_error
 from pyharvest.plugins.api.capabilities import Capabilities
+from pyharvest.plugins.api.ddl import TableOptions, create_table_ddl
 from pyharvest.plugins.api.dialect import (
     ENTRY_POINT_GROUP,
     Dialect,
@@ -43,17 +44,20 @@ from pyharvest.plugins.api.shards import SHARD_EXPRESSION, expression_index_ddl,
 from pyharvest.plugins.api.table import (
     GOHARVEST,
     KEY_HASH_COLUMN,
+    KEY_HASH_GUARD_SUFFIX,
     KEY_LENGTH,
     LAYOUTS,
     NATIVE,
     REQUIRED_COLUMNS,
     TOPIC_LENGTH,
+    GeneratedId,
     MalformedRowError,
     OutboxTable,
     RowFilter,
     UTCDateTime,
 )
-from pyharvest.plugins.api.urls import is_libpq_dsn, libpq_to_url, mask_url
+from pyharvest.plugins.api.upsert import MergeForm, UpsertFromSelect, compile_merge
+from pyharvest.plugins.api.urls import LIBPQ_DIALECT, is_libpq_dsn, libpq_to_url, mask_url
 from pyharvest.plugins.hookspecs import PROJECT_NAME, hookimpl
 
 __all__ = [
@@ -61,8 +65,10 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "GOHARVEST",
     "KEY_HASH_COLUMN",
+    "KEY_HASH_GUARD_SUFFIX",
     "KEY_LENGTH",
     "LAYOUTS",
+    "LIBPQ_DIALECT",
     "MAX_PART_LENGTH",
     "NATIVE",
     "PROJECT_NAME",
@@ -72,19 +78,25 @@ __all__ = [
     "BulkWriter",
     "Capabilities",
     "Dialect",
+    "GeneratedId",
     "Listener",
     "ListenerFactory",
     "MalformedRowError",
     "MarkQuery",
     "MarkStrategy",
+    "MergeForm",
     "OutboxTable",
     "ReturningIdsMark",
     "ReturningMark",
     "RowFilter",
     "TableName",
+    "TableOptions",
     "TransactionalMark",
     "UTCDateTime",
+    "UpsertFromSelect",
     "begin_if_needed",
+    "compile_merge",
+    "create_table_ddl",
     "decode_headers",
     "dialect_for_backend",
     "dialect_of",

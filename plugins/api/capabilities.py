@@ -21,7 +21,7 @@ class Capabilities:
     #: ``CREATE`` / ``DROP TABLE`` may share a transaction with DML without committing it
     #: (MySQL commits implicitly before DDL).
     transactional_ddl: bool = False
-    #: How many values one :meth:`~pyharvest.plugins.manager.Dialect.list_filter` may bind;
+    #: How many values one :meth:`~pyharvest.plugins.api.Dialect.list_filter` may bind;
     #: None when the dialect binds one array, whatever its length. Oracle's IN lists stop at
     #: 1,000 and SQL Server takes 2,100 parameters a statement.
     list_limit: int | None = 1000
@@ -29,3 +29,7 @@ class Capabilities:
     #: requirement that installs each, the first the one pyharvest's extra installs: what a
     #: data source whose driver is missing is told to install.
     driver_packages: tuple[tuple[str, str], ...] = ()
+    #: A generated id counts up only in a column declared exactly ``INTEGER PRIMARY KEY``
+    #: (SQLite's rowid, 64 bits all the same): :class:`~pyharvest.plugins.api.GeneratedId`
+    #: declares ``INTEGER`` there and ``BIGINT`` elsewhere.
+    integer_ids: bool = False

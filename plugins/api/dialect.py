@@ -164,6 +164,37 @@ class Dialect:
             ddl = [expression_index_ddl(self.sqlalchemy_dialect().identifier_preparer, table, shards, index)]
         return list(ddl)
 
+    def key_hash_guard(self, table: OutboxTable, name: str) -> list[str]:
+        """What makes the database refuse new rows without a key hash (constraint or trigger ``name``)."""
+        ddl = self._hook.pyharvest_key_hash_guard(table=table, name=name)
+        if ddl is None:
+            try:
+                preparer = self.sqlalchemy_dialect().identifier_preparer
+            except BindingError:  # no SQLAlchemy backend named: the SQL standard's quoting
+                from sqlalchemy.engine.default import DefaultDialect
+
+                preparer = DefaultDialect().identifier_preparer
+            ddl = [
+                f"ALTER TABLE {table.name.quoted(preparer)} ADD CONSTRAINT {preparer.quote(name)} "
+                "CHECK (kafka_key_hash IS NOT NULL)"
+            ]
+        return list(ddl)
+
+    def index_names(self, connection: sa.Connection, table: TableName) -> set[str]:
+        """The lower-cased names of ``table``'s indexes."""
+        names: Collection[str] | None = self._hook.pyharvest_index_names(connection=connection, table=table)
+        if names is None:
+            import warnings
+
+            import sqlalchemy as sa
+
+            with warnings.catch_warnings():
+                # Expression indexes some backends cannot reflect (their plugin names them instead).
+                warnings.simplefilter("ignore", sa.exc.SAWarning)
+                indexes = sa.inspect(connection).get_indexes(table.name, schema=table.schema)
+            names = [ix.get("name") or "" for ix in indexes]
+        return {n.lower() for n in names}
+
     def insert_new_keys(
         self,
         connection: sa.Connection,
@@ -211,17 +242,6 @@ class Dialect:
         or driver cannot."""
         factory: ListenerFactory | None = self._hook.pyharvest_listener(engine=engine, table=table)
         return factory
-
-    def layout_of(self, connection: sa.Connection, name: TableName) -> str:
-        """The layout of the existing table ``name``: the dialect's only one, or recognised from
-        the columns by its ``pyharvest_detect_layout`` (``native`` when it does not say)."""
-        layouts = self.table_layouts()
-        if len(layouts) == 1:
-            return layouts[0]
-        import sqlalchemy as sa
-
-        columns = {c["name"].lower(): c for c in sa.inspect(connection).get_columns(name.name, schema=name.schema)}
-        return self.detect_layout(columns) or "native"
 
 
 _loaded: dict[str, Dialect] = {}

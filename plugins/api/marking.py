@@ -28,11 +28,12 @@ may get a generic plan that scans the whole table instead of walking the primary
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import sqlalchemy as sa
 
-from pyharvest.plugins.api.table import OutboxTable
+if TYPE_CHECKING:
+    from pyharvest.plugins.api.table import OutboxTable
 
 __all__ = [
     "IdMatcher",

@@ -26,7 +26,7 @@ from sqlalchemy.engine import Dialect as SADialect
 from sqlalchemy.types import TypeDecorator
 
 from pyharvest.core.errors import BindingError
-from pyharvest.core.headers import decode_headers, encode_headers
+from pyharvest.core.headers import EMPTY_HEADERS, decode_headers, encode_headers
 from pyharvest.core.records import InvalidRecordError, OutboxRecord
 from pyharvest.core.shards import key_hash
 from pyharvest.plugins.api.identifiers import TableName
@@ -34,9 +34,11 @@ from pyharvest.plugins.api.identifiers import TableName
 __all__ = [
     "GOHARVEST",
     "KEY_HASH_COLUMN",
+    "KEY_HASH_GUARD_SUFFIX",
     "KEY_LENGTH",
     "LAYOUTS",
     "NATIVE",
+    "GeneratedId",
     "MalformedRowError",
     "OutboxTable",
     "RowFilter",
@@ -50,6 +52,9 @@ LAYOUTS = (NATIVE, GOHARVEST)
 #: The native layout's optional column holding the key's hash (:func:`pyharvest.core.shards.key_hash`),
 #: which places a row in a shard when the outbox is harvested in shards.
 KEY_HASH_COLUMN = "kafka_key_hash"
+#: The end of the name of the constraint or trigger that makes a sharded table refuse rows
+#: without a key hash (``pyharvest_key_hash_guard``); its refusals name it.
+KEY_HASH_GUARD_SUFFIX = "_key_hash_required"
 TOPIC_LENGTH = 249  # Kafka's limit
 KEY_LENGTH = 255  # characters; enough for ids, UUIDs and composite keys
 LEADER_ID_LENGTH = 36  # a UUID in text form
@@ -107,26 +112,46 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value
 
 
-@functools.cache
+class GeneratedId(TypeDecorator[int]):
+    """A generated 64-bit id: ``BIGINT``, or ``INTEGER`` where only that counts up by itself
+    (the dialect's ``integer_ids`` capability: SQLite)."""
+
+    impl = sa.BigInteger
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: SADialect) -> sa.types.TypeEngine[Any]:
+        return dialect.type_descriptor(sa.Integer() if _capability(dialect.name, "integer_ids") else sa.BigInteger())
+
+
 def stores_offsets(backend: str) -> bool:
     """Whether the pyharvest dialect serving SQLAlchemy backend ``backend`` stores a time zone
     with a timestamp (False where no installed dialect serves it: naive UTC is always safe)."""
+    return _capability(backend, "aware_timestamps")
+
+
+@functools.cache
+def _capability(backend: str, flag: str) -> bool:
+    """A capability flag of the pyharvest dialect serving SQLAlchemy backend ``backend``
+    (False where no installed dialect serves it)."""
     from pyharvest.plugins.api.dialect import dialect_for_backend, load_dialect  # it imports this module
 
     try:
-        return load_dialect(dialect_for_backend(backend)).capabilities.aware_timestamps
+        return bool(getattr(load_dialect(dialect_for_backend(backend)).capabilities, flag))
     except BindingError:
         return False
 
 
 def _native_columns() -> list[sa.Column[Any]]:
+    # The one description of the table: what rows are read and written through, and (with the
+    # dialect's types and options, plugins/api/ddl.py) what its CREATE TABLE is compiled from.
+    # The server defaults serve rows written by hand; pyharvest's writers set every column.
     return [
         sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=True),
-        sa.Column("create_time", UTCDateTime, nullable=False),
+        sa.Column("create_time", UTCDateTime, nullable=False, server_default=sa.text("CURRENT_TIMESTAMP")),
         sa.Column("kafka_topic", sa.String(TOPIC_LENGTH), nullable=False),
         sa.Column("kafka_key", sa.Unicode(KEY_LENGTH), nullable=False),
         sa.Column("kafka_value", sa.LargeBinary, nullable=True),
-        sa.Column("kafka_headers", sa.Text, nullable=False),
+        sa.Column("kafka_headers", sa.Text, nullable=False, server_default=EMPTY_HEADERS),
         sa.Column("leader_id", sa.String(LEADER_ID_LENGTH), nullable=True),
     ]
 

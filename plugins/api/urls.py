@@ -10,7 +10,10 @@ from urllib.parse import quote
 
 from pyharvest.core.config import mask_data_source
 
-__all__ = ["is_libpq_dsn", "libpq_to_url", "mask_url"]
+__all__ = ["LIBPQ_DIALECT", "is_libpq_dsn", "libpq_to_url", "mask_url"]
+
+#: The dialect a libpq ``key=value`` data source names, as in goharvest (whose only database it is).
+LIBPQ_DIALECT = "postgresql"
 
 # libpq keywords that map onto the URL itself; every other keyword becomes a query parameter.
 _URL_PARTS = ("host", "hostaddr", "port", "user", "password", "dbname")

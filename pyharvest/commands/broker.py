@@ -29,7 +29,7 @@ log = logging.getLogger("pyharvest.reaper")
 
 def cmd_broker(args: argparse.Namespace) -> int:
     from pyharvest.bindings.kafka.embedded import EmbeddedBroker, EmbeddedBrokerError
-    from pyharvest.cli import setup_logging
+    from pyharvest.commands.process import setup_logging
 
     setup_logging(logging.INFO)
     stop = threading.Event()

@@ -64,8 +64,8 @@ def load_handler(spec: str, option: str = "--handler") -> Any:
 
 
 def cmd_inbox(args: argparse.Namespace) -> int:
-    from pyharvest.cli import setup_logging
     from pyharvest.commands.files import read_file_sections
+    from pyharvest.commands.process import setup_logging
     from pyharvest.core.errors import ConfigError
     from pyharvest.inbox import Inbox, InboxFile, InboxTables
 
@@ -232,9 +232,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m pyharvest.commands.inbox …``: the same as ``reaper inbox …``."""
-    from pyharvest.cli import main as reaper
+    from pyharvest.commands.process import run_command
 
-    return reaper(["inbox", *(sys.argv[1:] if argv is None else argv)])
+    parser = argparse.ArgumentParser(prog="python -m pyharvest.commands.inbox")
+    register(parser.add_subparsers())
+    try:
+        args = parser.parse_args(["inbox", *(sys.argv[1:] if argv is None else argv)])
+    except SystemExit as e:
+        return int(e.code or 0)
+    return run_command(args)
 
 
 if __name__ == "__main__":

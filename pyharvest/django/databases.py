@@ -4,7 +4,9 @@ table's name, and a SQLAlchemy URL for the harvester.
 Django names a database by its backend's ``vendor`` (``postgresql``, ``mysql`` for MySQL and
 MariaDB, ``sqlite``, ``oracle``, ``microsoft`` for mssql-django); pyharvest's dialect registry
 maps SQLAlchemy backend names to dialect plugins (:func:`~pyharvest.plugins.api.dialect_for_backend`).
-The two vocabularies agree except where listed in :data:`VENDOR_BACKENDS`.
+The two vocabularies agree, and a dialect serving a vendor that SQLAlchemy names otherwise
+lists the vendor among its backends (SQL Server's plugin: ``microsoft``); the URL is then
+built with the plugin's first backend name.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from pyharvest.plugins.api import Dialect, TableName, dialect_for_backend, load_
 
 __all__ = [
     "DEFAULT_OUTBOX_TABLE",
-    "VENDOR_BACKENDS",
     "data_source",
     "dialect_for_connection",
     "outbox_table_name",
@@ -30,13 +31,6 @@ __all__ = [
 
 #: The outbox table when ``settings.PYHARVEST_OUTBOX_TABLE`` is not set.
 DEFAULT_OUTBOX_TABLE = "outbox"
-
-#: Django vendor names that differ from SQLAlchemy's backend names; any other vendor is
-#: looked up as it is (a third-party dialect plugin may serve it).
-VENDOR_BACKENDS: dict[str, str] = {"microsoft": "mssql"}
-
-# DB-API module names (Django's ``connection.Database``) that differ from SQLAlchemy's driver names.
-_DRIVERS = {"sqlite3": "pysqlite"}
 
 # OPTIONS keys Django consumes itself (not connection arguments of the driver), and the
 # session set-up the application's connections want but the harvester's do not.
@@ -62,7 +56,7 @@ def dialect_for_connection(connection: Any) -> Dialect:
     vendor: str = connection.vendor
     found = _dialects.get(vendor)
     if found is None:
-        found = load_dialect(dialect_for_backend(VENDOR_BACKENDS.get(vendor, vendor)))
+        found = load_dialect(dialect_for_backend(vendor))
         with _lock:
             _dialects[vendor] = found
     return found
@@ -97,17 +91,19 @@ def data_source(using: str = DEFAULT_DB_ALIAS) -> str:
         raise ConfigError("dataSource", f"no database {using!r} in DATABASES; expected one of {sorted(connections)}")
     connection = connections[using]
     db: Mapping[str, Any] = connection.settings_dict
-    backend = VENDOR_BACKENDS.get(connection.vendor, connection.vendor)
+    backend = dialect_for_connection(connection).url_backends()[0]
     module = getattr(getattr(connection, "Database", None), "__name__", "").partition(".")[0]  # sqlite3.dbapi2
     drivername = backend
     if module:
-        candidate = f"{backend}+{_DRIVERS.get(module, module.lower())}"
-        try:
-            sa.make_url(f"{candidate}://").get_dialect()
-        except (sa.exc.NoSuchModuleError, sa.exc.ArgumentError):
-            pass  # SQLAlchemy has no such driver: its default for the backend
-        else:
-            drivername = candidate
+        # The driver Django loaded, if SQLAlchemy knows it by its module's name; else SQLAlchemy's
+        # default driver for the backend, named (sqlite3 is SQLAlchemy's pysqlite).
+        for candidate in (f"{backend}+{module.lower()}", backend):
+            try:
+                driver = sa.make_url(f"{candidate}://").get_dialect().driver
+            except (sa.exc.NoSuchModuleError, sa.exc.ArgumentError):
+                continue
+            drivername = f"{backend}+{driver}"
+            break
     host = str(db.get("HOST") or "") or None
     if host is not None and host.startswith("/"):
         raise ConfigError(

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 
 from pyharvest import tracing
 from pyharvest.core.errors import BindingError
 from pyharvest.core.records import OutboxRecord, validate_record
 from pyharvest.django.databases import dialect_for_connection, outbox_table_name
-from pyharvest.plugins.api import KEY_HASH_COLUMN, NATIVE, OutboxTable, TableName
+from pyharvest.plugins.api import KEY_HASH_COLUMN, KEY_HASH_GUARD_SUFFIX, NATIVE, OutboxTable, TableName
+from pyharvest.stasher.errors import OutboxTableChangedError
 
 __all__ = ["stash", "stash_many"]
 
@@ -125,12 +126,24 @@ def _write(using: str, table: str | TableName | None, records: Sequence[OutboxRe
     # Inside the caller's atomic() block an error marks it for rollback, as Django's own writes
     # do (no savepoint: the record belongs to the block). Outside one, a single INSERT is
     # autocommitted, and many are written in a transaction of their own: all of them or none.
-    if len(rows) == 1:
-        with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
-            cursor.execute(insert.sql, rows[0])
-    else:
-        with transaction.atomic(using=using, savepoint=False), connection.cursor() as cursor:
-            cursor.executemany(insert.sql, rows)
+    try:
+        if len(rows) == 1:
+            with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
+                cursor.execute(insert.sql, rows[0])
+        else:
+            with transaction.atomic(using=using, savepoint=False), connection.cursor() as cursor:
+                cursor.executemany(insert.sql, rows)
+    except DatabaseError as e:
+        if key_hash or KEY_HASH_GUARD_SUFFIX not in str(e).lower():
+            raise
+        # `reaper init-db --shards` added the key hash since this connection looked: look again.
+        with _lock:
+            _checked.get(connection, {}).pop(name, None)
+        raise OutboxTableChangedError(
+            f"the outbox table {name} now refuses rows without a key hash (`reaper init-db --shards` made it "
+            "ready for shards after this connection had read it): run the atomic block again; the stasher has "
+            "reread the table and will store the hash"
+        ) from e
     return len(rows)
 
 

@@ -35,14 +35,15 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
+from pyharvest.core.inbox.message import InboxMessage
+from pyharvest.core.inbox.ports import InboxConsumer, TopicPartition
 from pyharvest.inbox.bisection import first_failure
-from pyharvest.inbox.checkpoints import Checkpoints, TopicPartition
+from pyharvest.inbox.checkpoints import Checkpoints
 from pyharvest.inbox.deadletters import DeadLetters, describe_error, key_hash
 from pyharvest.inbox.dedupe import Dedupe, Source
 from pyharvest.inbox.errors import HandlerError, first_line
-from pyharvest.inbox.message import InboxMessage
 from pyharvest.inbox.partitions import Partitions
-from pyharvest.inbox.ports import BatchHandler, Handler, InboxConsumer
+from pyharvest.inbox.ports import BatchHandler, Handler
 from pyharvest.inbox.recovery import connection_lost
 from pyharvest.inbox.stats import Counters
 from pyharvest.inbox.tables import DEAD, PARKED

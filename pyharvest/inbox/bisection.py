@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from pyharvest.inbox.message import InboxMessage
+from pyharvest.core.inbox.message import InboxMessage
 from pyharvest.inbox.ports import BatchHandler
 from pyharvest.inbox.recovery import connection_lost
 

@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
-__all__ = ["Checkpoints", "Claim", "TopicPartition"]
+from pyharvest.core.inbox.ports import TopicPartition
 
-TopicPartition = tuple[str, int]
+__all__ = ["Checkpoints", "Claim", "TopicPartition"]
 
 
 @dataclass(slots=True)

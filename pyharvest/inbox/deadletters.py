@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 
 from pyharvest.core.headers import decode_nullable_headers, encode_headers
-from pyharvest.inbox.message import InboxMessage, source_identity
+from pyharvest.core.inbox.message import InboxMessage, source_identity
 from pyharvest.inbox.tables import DEAD, PARKED
 
 __all__ = ["DeadLetter", "DeadLetters", "describe_error", "key_hash", "list_dead_letters", "request_replay"]
@@ -133,7 +133,7 @@ class DeadLetters:
         return [self._letter(r) for r in conn.execute(q).mappings()]
 
     def _letter(self, r: sa.RowMapping) -> DeadLetter:
-        from pyharvest.inbox.message import delivery_id_for
+        from pyharvest.core.inbox.message import delivery_id_for
 
         headers = _decode_headers(r["headers"])
         source = source_identity(headers)

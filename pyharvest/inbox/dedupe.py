@@ -26,7 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from pyharvest.bindings.sql.bulk_insert import BulkInsert, Rows
-from pyharvest.inbox.message import InboxMessage
+from pyharvest.core.inbox.message import InboxMessage
 from pyharvest.plugins.api import dialect_of
 
 __all__ = ["Dedupe", "Source"]

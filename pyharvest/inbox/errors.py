@@ -4,16 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pyharvest.core.errors import HarvestError
+from pyharvest.core.inbox.errors import InboxError, first_line
 
 if TYPE_CHECKING:
-    from pyharvest.inbox.message import InboxMessage
+    from pyharvest.core.inbox.message import InboxMessage
 
-__all__ = ["HandlerError", "InboxError"]
-
-
-class InboxError(HarvestError):
-    """The inbox could not run: no database, no broker, a fatal consumer error."""
+__all__ = ["HandlerError", "InboxError", "first_line"]
 
 
 class HandlerError(InboxError):
@@ -51,10 +47,3 @@ def _own_packages() -> tuple[Any, ...]:
     from pyharvest import bindings, core, plugins
 
     return pyharvest, bindings, core, plugins
-
-
-def first_line(error: BaseException) -> str:
-    """The first line of an exception's text: SQLAlchemy appends the statement and its
-    parameters on later lines, and parameters may hold data that must not reach logs."""
-    lines = str(error).strip().splitlines()
-    return lines[0][:500] if lines else ""

@@ -20,10 +20,9 @@ from collections.abc import Mapping
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from pyharvest.core.inbox.ports import InboxConsumer, TopicPartition
 from pyharvest.inbox.batch import Batches
-from pyharvest.inbox.checkpoints import TopicPartition
 from pyharvest.inbox.partitions import Partitions
-from pyharvest.inbox.ports import InboxConsumer
 from pyharvest.inbox.recovery import Recovery
 from pyharvest.inbox.replay import Replayer
 

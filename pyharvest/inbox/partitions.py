@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
-from pyharvest.inbox.checkpoints import Checkpoints, TopicPartition
+from pyharvest.core.inbox.ports import TopicPartition
+from pyharvest.inbox.checkpoints import Checkpoints
 from pyharvest.inbox.deadletters import DeadLetters
 from pyharvest.inbox.errors import first_line
 

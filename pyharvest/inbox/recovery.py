@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from pyharvest.inbox.checkpoints import Checkpoints, TopicPartition
+from pyharvest.core.inbox.ports import TopicPartition
+from pyharvest.inbox.checkpoints import Checkpoints
 from pyharvest.inbox.errors import first_line
 from pyharvest.inbox.partitions import Partitions
 from pyharvest.inbox.stats import Counters

@@ -24,12 +24,13 @@ from typing import Literal
 
 import sqlalchemy as sa
 
+from pyharvest.core.inbox.message import InboxMessage
+from pyharvest.core.inbox.ports import TopicPartition
 from pyharvest.inbox.bisection import first_failure
-from pyharvest.inbox.checkpoints import Checkpoints, TopicPartition
+from pyharvest.inbox.checkpoints import Checkpoints
 from pyharvest.inbox.deadletters import DeadLetter, DeadLetters, describe_error
 from pyharvest.inbox.dedupe import Dedupe
 from pyharvest.inbox.errors import first_line
-from pyharvest.inbox.message import InboxMessage
 from pyharvest.inbox.partitions import Partitions
 from pyharvest.inbox.ports import BatchHandler, Handler
 from pyharvest.inbox.recovery import connection_lost

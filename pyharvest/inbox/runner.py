@@ -43,6 +43,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from pyharvest.core.inbox.ports import InboxConsumer
 from pyharvest.inbox.batch import Batches
 from pyharvest.inbox.checkpoints import Checkpoints
 from pyharvest.inbox.config import InboxConfig
@@ -51,7 +52,7 @@ from pyharvest.inbox.dedupe import Dedupe
 from pyharvest.inbox.errors import HandlerError, first_line
 from pyharvest.inbox.loop import ConsumeLoop
 from pyharvest.inbox.partitions import Partitions
-from pyharvest.inbox.ports import BatchHandler, Handler, InboxConsumer
+from pyharvest.inbox.ports import BatchHandler, Handler
 from pyharvest.inbox.recovery import Recovery
 from pyharvest.inbox.replay import Replayer
 from pyharvest.inbox.stats import Counters, InboxStats

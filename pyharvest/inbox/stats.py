@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from pyharvest.inbox.checkpoints import TopicPartition
+from pyharvest.core.inbox.ports import TopicPartition
 
 __all__ = ["Counters", "InboxStats"]
 

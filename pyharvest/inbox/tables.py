@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from pyharvest.plugins.api import UTCDateTime, parse_table_name
+from pyharvest.plugins.api import GeneratedId, UTCDateTime, parse_table_name
 
 __all__ = ["DEAD", "PARKED", "InboxTables"]
 
@@ -30,8 +30,6 @@ TOPIC_LENGTH = 249
 OUTBOX_LENGTH = 400  # "<leaderGroupID>/<outboxTable>"
 KEY_HASH_LENGTH = 64
 
-# SQLite gives auto-increment only to a column declared exactly INTEGER PRIMARY KEY.
-_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +72,7 @@ class InboxTables:
         dl = sa.Table(
             dl_name.name,
             md,
-            sa.Column("id", _ID, primary_key=True, autoincrement=True),
+            sa.Column("id", GeneratedId, primary_key=True, autoincrement=True),
             sa.Column("group_id", sa.String(GROUP_LENGTH), nullable=False),
             sa.Column("topic", sa.String(TOPIC_LENGTH), nullable=False),
             sa.Column("kafka_partition", sa.Integer, nullable=False),

@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session
 
 from pyharvest.bindings.sql import SqlBinding, TableName, create_binding, create_outbox_table, parse_table_name
 from pyharvest.core.records import InvalidRecordError, OutboxRecord
+from pyharvest.plugins.api import dialect_for_backend, load_dialect
 from pyharvest.stasher import Stasher, stash
 
 __all__ = ["ConformanceOutbox", "DialectConformance"]
@@ -81,9 +82,9 @@ def _ids(records: Iterable[OutboxRecord]) -> list[int]:
 
 
 def _app_engine(url: sa.URL) -> sa.Engine:
-    if url.get_backend_name() == "sqlite":
-        return sa.create_engine(url, connect_args={"timeout": 30})
-    return sa.create_engine(url, pool_size=8)
+    # The dialect's own engine options (SQLite's busy timeout), and room for the test's writers.
+    plugin = load_dialect(dialect_for_backend(url.get_backend_name()))
+    return sa.create_engine(url, pool_size=8, **plugin.engine_options(url))
 
 
 class DialectConformance:

@@ -19,7 +19,7 @@ from pyharvest.inbox.deadletters import DeadLetters
 from pyharvest.inbox.dedupe import Dedupe
 from pyharvest.inbox.loop import ConsumeLoop
 from pyharvest.inbox.partitions import Partitions
-from pyharvest.inbox.ports import RebalanceListener
+from pyharvest.core.inbox.ports import RebalanceListener
 from pyharvest.inbox.recovery import Recovery
 from pyharvest.inbox.replay import Replayer
 from pyharvest.inbox.stats import Counters

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Sequence
 
@@ -10,6 +9,7 @@ import sqlalchemy as sa
 from confluent_kafka import Producer
 
 from pyharvest.inbox import OUTBOX_HEADER, RECORD_ID_HEADER, InboxConfig, InboxLimits, InboxMessage
+from tests.waiting import wait_until as wait_for  # noqa: F401 - (cond, timeout, what): the shared helper
 
 Msg = tuple[str | None, bytes | None, list[tuple[str, bytes]]]
 
@@ -91,10 +91,3 @@ def rows(engine: sa.Engine, table: sa.Table) -> list[tuple[int, str | None, str 
                 )
             )
         ]  # type: ignore[misc]
-
-
-def wait_for(cond: Callable[[], object], timeout: float, what: str, interval: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(interval)

@@ -1,7 +1,7 @@
 """What a record must fit before the stasher writes it: the table's key column and the
 stasher's ``max_record_bytes``.
 
-Kept apart from :mod:`pyharvest.stasher`, with :mod:`pyharvest.stash_errors`, so that the size
+Kept apart from :mod:`pyharvest.stasher`, with :mod:`pyharvest.stasher.errors`, so that the size
 Kafka counts can be computed without SQLAlchemy.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-from pyharvest.stash_errors import (
+from pyharvest.stasher.errors import (
     HARVEST_OVERHEAD_BYTES,
     PRODUCER_MESSAGE_MAX_BYTES,
     KeyTooLongError,

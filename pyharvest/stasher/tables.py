@@ -7,20 +7,36 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable
-from operator import itemgetter
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import sqlalchemy as sa
 
-from pyharvest.plugins.api import KEY_HASH_COLUMN, NATIVE, BulkWriter, OutboxTable, TableName, dialect_of
-from pyharvest.stash_errors import OutboxTableMissingError
-from pyharvest.stash_limits import KEY_COLUMN
+from pyharvest.bindings.sql.bulk_insert import BulkWriters
+from pyharvest.plugins.api import (
+    KEY_HASH_COLUMN,
+    KEY_HASH_GUARD_SUFFIX,
+    NATIVE,
+    BulkWriter,
+    OutboxTable,
+    TableName,
+    dialect_of,
+)
+from pyharvest.stasher.errors import OutboxTableChangedError, OutboxTableMissingError
+from pyharvest.stasher.limits import KEY_COLUMN
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
-__all__ = ["Bulk", "TableShape", "ashape_of", "bulk_writer_of", "forced", "forget_bulk_writer", "shape_of", "statement"]
+__all__ = [
+    "TableShape",
+    "ashape_of",
+    "bulk_writers_of",
+    "forced",
+    "refused_for_key_hash",
+    "shape_of",
+    "statement",
+]
+
 
 class TableShape(NamedTuple):
     """What the stasher needs to know of a table, looked up once per engine."""
@@ -37,17 +53,8 @@ _statements: dict[tuple[str, TableName, str, bool], tuple[OutboxTable, sa.Insert
 _shapes: weakref.WeakKeyDictionary[sa.Engine, dict[TableName, TableShape]] = weakref.WeakKeyDictionary()
 
 
-class Bulk(NamedTuple):
-    """The dialect's bulk writer for a table, and how to turn encoded parameters into its rows."""
-
-    writer: BulkWriter
-    row: Callable[[dict[str, Any]], tuple[Any, ...]]
-
-
-# engine → (table, layout) → the dialect's bulk writer, or None where it has none
-_bulk_writers: weakref.WeakKeyDictionary[sa.Engine, dict[tuple[TableName, str], Bulk | None]] = (
-    weakref.WeakKeyDictionary()
-)
+# (table, layout) → the dialect's bulk writer per engine: the one rule bindings/sql/bulk_insert.py keeps
+_bulk_writers: dict[tuple[TableName, str], BulkWriters] = {}
 
 
 def _known_shape(engine: sa.Engine, table: TableName) -> TableShape | None:
@@ -102,24 +109,38 @@ def forced(shape: TableShape, layout: str | None) -> tuple[str, bool]:
     return layout, shape.key_hash and layout == NATIVE
 
 
-def bulk_writer_of(conn: sa.Connection, outbox: OutboxTable) -> Bulk | None:
+def bulk_writers_of(outbox: OutboxTable) -> BulkWriters:
+    """The dialect's bulk writer for ``outbox``'s stashed columns, per engine."""
     key = (outbox.name, outbox.layout)
     with _lock:
-        known = _bulk_writers.get(conn.engine)
-        if known is not None and key in known:
-            return known[key]
-    plugin = dialect_of(conn.dialect)
-    columns = outbox.stashed_columns
-    writer = None if plugin is None else plugin.bulk_writer(conn, outbox.table, columns)
-    bulk = None if writer is None else Bulk(writer, itemgetter(*columns))
-    with _lock:
-        _bulk_writers.setdefault(conn.engine, {})[key] = bulk
-    return bulk
+        found = _bulk_writers.get(key)
+        if found is None:
+            columns = outbox.stashed_columns
+
+            def ask(conn: sa.Connection) -> BulkWriter | None:
+                plugin = dialect_of(conn.dialect)
+                return None if plugin is None else plugin.bulk_writer(conn, outbox.table, columns)
+
+            found = _bulk_writers[key] = BulkWriters(ask)
+    return found
 
 
-def forget_bulk_writer(engine: sa.Engine, outbox: OutboxTable) -> None:
+def refused_for_key_hash(
+    error: sa.exc.DBAPIError, engine: sa.Engine, outbox: OutboxTable
+) -> OutboxTableChangedError | None:
+    """What to raise instead of ``error`` when it is the table's key hash guard refusing a row
+    written without a hash, by a shape looked up before ``reaper init-db --shards`` added the
+    column; the shape is forgotten, so that the transaction run again reads the table anew."""
+    if outbox.key_hash or KEY_HASH_GUARD_SUFFIX not in str(error).lower():
+        return None
     with _lock:
-        _bulk_writers.get(engine, {}).pop((outbox.name, outbox.layout), None)
+        _shapes.get(engine, {}).pop(outbox.name, None)
+    bulk_writers_of(outbox).forget(engine)
+    return OutboxTableChangedError(
+        f"the outbox table {outbox.name} now refuses rows without a key hash (`reaper init-db --shards` made it "
+        "ready for shards after this process had read it): roll this transaction back and run it again; "
+        "the stasher has reread the table and will store the hash"
+    )
 
 
 def statement(dialect: str, table: TableName, shape: tuple[str, bool]) -> tuple[OutboxTable, sa.Insert]:

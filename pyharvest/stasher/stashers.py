@@ -1,74 +1,28 @@
-"""Write outbox records inside the caller's own transaction.
-
->>> with engine.begin() as tx:                                   # doctest: +SKIP
-...     tx.execute(orders.insert(), {...})
-...     stash(tx, OutboxRecord("orders", key="order-42", value=b"..."))
-
-The record commits or rolls back with the caller's other changes: that is the point of
-the transactional outbox. ``tx`` is a SQLAlchemy :class:`~sqlalchemy.Connection` or ORM
-:class:`~sqlalchemy.orm.Session`. Records are validated before anything is written.
-
-For many records, prepare once and reuse the statement::
-
-    writer = Stasher("outbox").prepare(tx)
-    for r in records:
-        writer.stash(r)          # or writer.stash_many(records): one executemany
-
-``stash_many`` (and a :meth:`Stasher.batch` flush) of 16 records or more uses the dialect's
-bulk writer where it has one: on PostgreSQL with psycopg 3, ``COPY … FROM STDIN`` into the
-same transaction, several times cheaper than ``executemany``. ``COPY`` bypasses SQLAlchemy's
-statement events (``before_cursor_execute``, ``echo``); ``Stasher(..., bulk=False)`` keeps
-every write an ``INSERT``.
-
-With asyncio, the same on an :class:`~sqlalchemy.ext.asyncio.AsyncConnection` or
-:class:`~sqlalchemy.ext.asyncio.AsyncSession`::
-
-    async with engine.begin() as tx:                  # engine = create_async_engine(...)
-        await astash(tx, OutboxRecord("orders", key="order-42", value=b"..."))
-        writer = await Stasher("outbox").aprepare(tx)
-        await writer.stash_many(records)
-
-``propagate_trace=True`` adds the current OpenTelemetry span's W3C ``traceparent`` (and
-``tracestate``) headers to records that carry no ``traceparent`` (see :mod:`pyharvest.tracing`).
-
-Statements are built once per (dialect, table, layout) and SQLAlchemy's compiled cache
-keeps their compiled form. Where the database's dialect supports several layouts
-(PostgreSQL: native and goharvest's), the dialect recognises the table's from its columns,
-once per engine (``layout=`` forces one); the same look-up reads the key column's length.
-
-Before anything is written, a key longer than the table's key column, a record over
-``max_record_bytes`` and a missing table are refused: :class:`KeyTooLongError`,
-:class:`RecordTooLargeError`, :class:`OutboxTableMissingError`.
-"""
+"""The stasher and its prepared stashers (sync and async): validation, trace headers, encoding,
+and the insert into the caller's transaction. The public surface is :mod:`pyharvest.stasher`."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import sqlalchemy as sa
 
 from pyharvest import tracing
-from pyharvest.batch_stasher import BatchStasher
 from pyharvest.core.records import Header, OutboxRecord, validate_record
-from pyharvest.notify import awake_harvester, wake_harvester
 from pyharvest.plugins.api import GOHARVEST, NATIVE, OutboxTable, TableName, parse_table_name
-from pyharvest.stash_errors import (
-    DEFAULT_MAX_RECORD_BYTES,
-    KAFKA_MESSAGE_MAX_BYTES,
-    KeyTooLongError,
-    OutboxTableMissingError,
-    RecordTooLargeError,
-)
-from pyharvest.stash_limits import StashLimits
-from pyharvest.stash_tables import (
-    Bulk,
+from pyharvest.stasher.batch import BatchStasher
+from pyharvest.stasher.errors import DEFAULT_MAX_RECORD_BYTES
+from pyharvest.stasher.limits import StashLimits
+from pyharvest.stasher.notify import awake_harvester, wake_harvester
+from pyharvest.stasher.tables import (
     TableShape,
     ashape_of,
-    bulk_writer_of,
+    bulk_writers_of,
     forced,
-    forget_bulk_writer,
+    refused_for_key_hash,
     shape_of,
     statement,
 )
@@ -79,19 +33,8 @@ if TYPE_CHECKING:
 
     AsyncTx = AsyncConnection | AsyncSession | async_scoped_session[Any]
 
-__all__ = [
-    "DEFAULT_MAX_RECORD_BYTES",
-    "KAFKA_MESSAGE_MAX_BYTES",
-    "AsyncPreparedStasher",
-    "BatchStasher",
-    "KeyTooLongError",
-    "OutboxTableMissingError",
-    "PreparedStasher",
-    "RecordTooLargeError",
-    "Stasher",
-    "astash",
-    "stash",
-]
+__all__ = ["AsyncPreparedStasher", "PreparedStasher", "Stasher", "astash", "stash"]
+
 
 def _connection(tx: sa.Connection | Session) -> sa.Connection:
     if isinstance(tx, sa.Connection):
@@ -159,7 +102,13 @@ class _Prepared(Generic[C]):
         self.outbox = outbox
         self.propagate_trace = propagate_trace
 
-    def _params(self, record: OutboxRecord) -> dict[str, Any]:
+    @property
+    def connection(self) -> C:
+        """The connection (and so the transaction) this stasher writes on."""
+        return self._conn
+
+    def encode(self, record: OutboxRecord) -> dict[str, Any]:
+        """``record`` validated, traced and encoded into the insert's parameters."""
         record = validate_record(record)
         if self.propagate_trace:
             (record,) = _traced([record])
@@ -178,7 +127,7 @@ class _Prepared(Generic[C]):
 class PreparedStasher(_Prepared[sa.Connection]):
     """Stashes records on one connection with one statement; see :meth:`Stasher.prepare`."""
 
-    __slots__ = ("bulk",)
+    __slots__ = ("_row", "bulk")
 
     def __init__(
         self, conn: sa.Connection, outbox: OutboxTable, insert: sa.Insert, propagate_trace: bool = False,
@@ -186,37 +135,44 @@ class PreparedStasher(_Prepared[sa.Connection]):
     ) -> None:
         super().__init__(conn, outbox, insert, propagate_trace, limits)
         self.bulk = bulk
+        self._row = itemgetter(*outbox.stashed_columns)  # encoded parameters → a bulk writer's row
 
     def stash(self, record: OutboxRecord) -> None:
-        self._conn.execute(self._insert, self._params(record))
+        params = self.encode(record)
+        try:
+            self._conn.execute(self._insert, params)
+        except sa.exc.DBAPIError as e:
+            changed = refused_for_key_hash(e, self._conn.engine, self.outbox)
+            if changed is None:
+                raise
+            raise changed from e
 
     def stash_many(self, records: Iterable[OutboxRecord]) -> int:
         """Validate all, then insert all in one executemany (or the dialect's bulk writer,
         e.g. ``COPY``, for a large enough batch); return how many."""
         params = self._params_many(records)
-        self._write(params)
+        self.write(params)
         return len(params)
 
-    def _write(self, params: list[dict[str, Any]]) -> None:
+    def write(self, params: list[dict[str, Any]]) -> None:
+        """Insert encoded records (:meth:`encode`): through the dialect's bulk writer when the
+        batch is large enough, else one executemany."""
         if not params:
             return
-        bulk: Bulk | None = None
-        if self.bulk and len(params) > 1:
-            bulk = bulk_writer_of(self._conn, self.outbox)
-            if (
-                bulk is not None
-                and len(params) >= bulk.writer.min_rows
-                and bulk.writer(self._conn, list(map(bulk.row, params)))
-            ):
-                return
+        writers = bulk_writers_of(self.outbox) if self.bulk and len(params) > 1 else None
+        conn = self._conn
         try:
-            self._conn.execute(self._insert, params)
-        except sa.exc.DBAPIError:
-            if self.bulk and bulk is None:
-                # The dialect may have declined for want of the table, which is why this failed
-                # too: ask it again once the table exists rather than keep executemany for good.
-                forget_bulk_writer(self._conn.engine, self.outbox)
-            raise
+            writer = writers.get(conn) if writers is not None else None
+            if writer is not None and len(params) >= writer.min_rows and writer(conn, list(map(self._row, params))):
+                return
+            conn.execute(self._insert, params)
+        except sa.exc.DBAPIError as e:
+            if writers is not None:
+                writers.insert_failed(conn.engine)
+            changed = refused_for_key_hash(e, conn.engine, self.outbox)
+            if changed is None:
+                raise
+            raise changed from e
 
 
 class AsyncPreparedStasher(_Prepared["AsyncConnection"]):
@@ -226,14 +182,23 @@ class AsyncPreparedStasher(_Prepared["AsyncConnection"]):
     __slots__ = ()
 
     async def stash(self, record: OutboxRecord) -> None:
-        await self._conn.execute(self._insert, self._params(record))
+        await self._execute(self.encode(record))
 
     async def stash_many(self, records: Iterable[OutboxRecord]) -> int:
         """Validate all, then insert all in one executemany; return how many."""
         params = self._params_many(records)
         if params:
-            await self._conn.execute(self._insert, params)
+            await self._execute(params)
         return len(params)
+
+    async def _execute(self, params: dict[str, Any] | list[dict[str, Any]]) -> None:
+        try:
+            await self._conn.execute(self._insert, params)
+        except sa.exc.DBAPIError as e:
+            changed = refused_for_key_hash(e, self._conn.sync_engine, self.outbox)
+            if changed is None:
+                raise
+            raise changed from e
 
 
 class Stasher:

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 if TYPE_CHECKING:
     from pyharvest.core.records import OutboxRecord
-    from pyharvest.stasher import PreparedStasher
+    from pyharvest.stasher.stashers import PreparedStasher
 
 __all__ = ["BatchStasher"]
 
@@ -34,7 +34,7 @@ class BatchStasher:
 
     def __init__(self, prepared: PreparedStasher, flush_every: int) -> None:
         self._prepared = prepared
-        self._conn = prepared._conn
+        self._conn = prepared.connection
         self._buffer: list[dict[str, Any]] = []
         self._flush_every = flush_every
         self._flushing = False
@@ -54,7 +54,7 @@ class BatchStasher:
     def stash(self, record: OutboxRecord) -> None:
         if self._hooks is None:
             raise RuntimeError("this batch is closed: stash through a new Stasher.batch(tx)")
-        params = self._prepared._params(record)
+        params = self._prepared.encode(record)
         if not self._buffer and not self._conn.in_transaction():
             # As a write would (autobegin): else the commit that should flush has nothing to commit.
             self._conn.begin()
@@ -69,7 +69,7 @@ class BatchStasher:
         buffered, self._buffer = self._buffer, []
         self._flushing = True  # our own statements pass the hooks
         try:
-            self._prepared._write(buffered)
+            self._prepared.write(buffered)
         finally:
             self._flushing = False
 

@@ -1,7 +1,7 @@
 """What the stasher refuses before it writes anything, beyond an ill-formed record.
 
-Kept apart from :mod:`pyharvest.stasher` so that ``import pyharvest`` can export them without
-importing SQLAlchemy.
+Nothing here imports SQLAlchemy, so that ``import pyharvest`` can export them without it
+(:mod:`pyharvest.stasher` loads the stashers themselves on first use).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ __all__ = [
     "KAFKA_MESSAGE_MAX_BYTES",
     "PRODUCER_MESSAGE_MAX_BYTES",
     "KeyTooLongError",
+    "OutboxTableChangedError",
     "OutboxTableMissingError",
     "RecordTooLargeError",
 ]
@@ -43,3 +44,10 @@ class RecordTooLargeError(InvalidRecordError):
 
 class OutboxTableMissingError(LookupError):
     """The outbox table does not exist; the message says how to create it."""
+
+
+class OutboxTableChangedError(RuntimeError):
+    """The outbox table now refuses rows without a key hash (``reaper init-db --shards`` made it
+    ready for shards after this process had read it). The database refused the row, so the
+    transaction must be rolled back; the stasher has forgotten the table's old shape, and the
+    transaction run again stores the hash. The message says so."""
