@@ -305,12 +305,16 @@ def test_fenced_event_comes_before_in_flight_records_resolve():
     kafka.cluster.hold = True
     events = []
     h = make(db, kafka, heartbeat_timeout=0.2)
-    h.set_event_handler(events.append)
+    # What was in flight when each event came (handlers run synchronously, on the engine's thread).
+    h.set_event_handler(lambda e: events.append((e, h.in_flight_records)))
     with h:
         wait_until(lambda: h.in_flight_records > 0)
         kafka.cluster.heartbeats_pass = False
-        wait_until(lambda: any(isinstance(e, LeaderFenced) for e in events))
-        assert h.in_flight_records > 0  # the application hears of the fence at once
+        wait_until(lambda: any(isinstance(e, LeaderFenced) for e, _ in events))
+        # The application hears of the fence at once, before the in-flight records resolve
+        # (the fenced producer then abandons them: they fail and are reset).
+        assert next(n for e, n in events if isinstance(e, LeaderFenced)) > 0
+        wait_until(lambda: h.in_flight_records == 0)
         kafka.cluster.hold = False
         kafka.cluster.heartbeats_pass = True
         wait_until(lambda: len(db) == 0)
