@@ -270,7 +270,8 @@ def _notify_writer(database: str, table: str, interval: float, batch: int, secon
     fast as possible when ``rate`` is 0."""
     import sqlalchemy as sa
 
-    from pyharvest import OutboxRecord, notify, stasher
+    from pyharvest import OutboxRecord, stasher
+    from pyharvest.stasher import notify
 
     notify.NOTIFY_INTERVAL = interval
     engine = sa.create_engine(database)
@@ -305,7 +306,7 @@ def run_notify_cost(args: argparse.Namespace, bootstrap: str, out: Figures) -> N
     import sqlalchemy as sa
     from harvest_bench import drop  # type: ignore[import-not-found]
 
-    from pyharvest import notify
+    from pyharvest.stasher import notify
     from pyharvest.bindings.sql import create_outbox_table
     from pyharvest.plugins.api import load_dialect, parse_table_name
 

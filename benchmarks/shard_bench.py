@@ -155,7 +155,7 @@ class Reaper:
     def __init__(self, config: Path, log: Path) -> None:
         self.log_path = log
         self._log = open(log, "wb")  # noqa: SIM115 - closed in wait()
-        self.proc = subprocess.Popen([sys.executable, "-m", "pyharvest.cli", "-f", str(config)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "pyharvest", "-f", str(config)],
                                      stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def owned(self, shards: int) -> set[int]:

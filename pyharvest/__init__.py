@@ -5,6 +5,7 @@ Write records with :mod:`pyharvest.stasher` inside your own transactions; run
 key, at least once, with one leader at a time among any number of processes.
 """
 
+from pyharvest._harvest import Harvest, ShardedHarvest
 from pyharvest.core.config import Config, Limits
 from pyharvest.core.errors import BindingError, ConfigError, HarvestError
 from pyharvest.core.events import (
@@ -21,7 +22,6 @@ from pyharvest.core.events import (
 )
 from pyharvest.core.harvest import State
 from pyharvest.core.records import InvalidRecordError, OutboxRecord
-from pyharvest.harvest import Harvest, ShardedHarvest
 from pyharvest.stasher.errors import (
     KeyTooLongError,
     OutboxTableChangedError,

@@ -22,8 +22,8 @@ import sqlalchemy as sa
 import yaml
 
 from pyharvest import Config, ConfigError, Harvest, Limits, OutboxRecord, stasher
+from pyharvest._cli import main as reaper
 from pyharvest.bindings.sql import create_binding, create_outbox_table
-from pyharvest.cli import main as reaper
 from pyharvest.core.errors import BindingError
 from pyharvest.core.records import InvalidRecordError
 from pyharvest.plugins.api import GOHARVEST

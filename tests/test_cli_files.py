@@ -19,7 +19,7 @@ from tests.test_quarantine import stash_all
 
 def reaper(*args: str, env: dict[str, str] | None = None, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pyharvest.cli", *args],
+        [sys.executable, "-m", "pyharvest", *args],
         capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}, cwd=cwd,
     )
 

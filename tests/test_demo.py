@@ -27,7 +27,7 @@ def orphan_brokers() -> set[str]:
 def test_demo_runs_on_the_embedded_default_and_leaves_nothing_running():
     before = orphan_brokers()
     proc = subprocess.run(
-        [sys.executable, "-m", "pyharvest.cli", "demo", "--records", "3000", "--keys", "50"],
+        [sys.executable, "-m", "pyharvest", "demo", "--records", "3000", "--keys", "50"],
         capture_output=True, text=True, timeout=220,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]

@@ -179,10 +179,10 @@ def test_os_environ_is_the_default(monkeypatch):
 
 # ---------------------------------------------------------------------- through the reaper command
 
-_cli_uses_env = "load_reaper_config" in inspect.getsource(importlib.import_module("pyharvest.cli"))
+_cli_uses_env = "load_reaper_config" in inspect.getsource(importlib.import_module("pyharvest._cli"))
 
 
-@pytest.mark.skipif(not _cli_uses_env, reason="pyharvest/cli.py does not apply environment overrides yet")
+@pytest.mark.skipif(not _cli_uses_env, reason="pyharvest/_cli.py does not apply environment overrides yet")
 def test_print_config_reflects_overrides_and_masks_them(tmp_path):
     path = tmp_path / "reaper.yaml"
     path.write_text(yaml.safe_dump(FILE))
@@ -193,7 +193,7 @@ def test_print_config_reflects_overrides_and_masks_them(tmp_path):
         "PYHARVEST_HARVEST__LIMITS__MAXINFLIGHTRECORDS": "500",
         "PYHARVEST_METRICS__PORT": "9999",
     }
-    result = subprocess.run([sys.executable, "-m", "pyharvest.cli", "-f", str(path), "--print-config"],
+    result = subprocess.run([sys.executable, "-m", "pyharvest", "-f", str(path), "--print-config"],
                             capture_output=True, text=True, timeout=60, env=env, cwd=Path(__file__).parent.parent)
     assert result.returncode == 0, result.stderr
     printed = yaml.safe_load(result.stdout)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyharvest.commands.exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, error_exit, exception_exit
+from pyharvest._commands.exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, error_exit, exception_exit
 from pyharvest.core.errors import BindingError, ConfigError, HarvestError, TopicError
 
 

@@ -31,7 +31,7 @@ class Reaper:
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pyharvest.cli", "-f", str(config_path)],
+            [sys.executable, "-m", "pyharvest", "-f", str(config_path)],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pkgutil
+
 import pytest
 
 import pyharvest
@@ -41,3 +43,14 @@ def test_any_function_of_an_event_is_an_event_handler():
 
     handler: pyharvest.EventHandler = on_event  # a plain function fits the protocol (mypy checks it)
     Harvest(Config(data_source="sqlite://"), on_event=handler).set_event_handler(seen.append)
+
+
+# What help(pyharvest) lists under PACKAGE CONTENTS, besides pyharvest.core, .bindings and
+# .plugins (separate source folders, inside the package only once installed from a wheel).
+PUBLIC_MODULES = {"alembic", "django", "envconfig", "inbox", "stasher", "testing", "tracing", "verify"}
+
+
+def test_package_contents_are_the_public_modules_and_private_ones():
+    names = {m.name for m in pkgutil.iter_modules(pyharvest.__path__)} - {"core", "bindings", "plugins"}
+    assert {n for n in names if not n.startswith("_")} == PUBLIC_MODULES
+    assert {"_cli", "_commands", "_demo", "_harvest", "__main__"} <= names

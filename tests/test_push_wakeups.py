@@ -12,11 +12,12 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from pyharvest import Config, Harvest, Limits, OutboxRecord, notify, stasher
+from pyharvest import Config, Harvest, Limits, OutboxRecord, stasher
 from pyharvest.bindings.sql import create_outbox_table
-from pyharvest.stasher.notify import wake_harvester
 from pyharvest.plugins import postgresql
 from pyharvest.plugins.api import parse_table_name
+from pyharvest.stasher import notify
+from pyharvest.stasher.notify import wake_harvester
 from tests.fixtures.databases import server_url, unique_table
 from tests.kafka_tools import create_topic, read_topic
 from tests.waiting import wait_until

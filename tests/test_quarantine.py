@@ -18,9 +18,9 @@ import pytest
 import sqlalchemy as sa
 
 from pyharvest import Config, Harvest, Limits, OutboxRecord, stasher
+from pyharvest._cli import main as reaper
 from pyharvest.bindings.sql import create_binding, create_outbox_table
 from pyharvest.bindings.sql.quarantine import QuarantineTable, quarantine_table_name
-from pyharvest.cli import main as reaper
 from pyharvest.core.binding import QuarantineBinding, QuarantineEntry
 from pyharvest.core.events import DeliveryFailed, RecordQuarantined
 from pyharvest.plugins.api import TableName

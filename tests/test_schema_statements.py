@@ -11,7 +11,7 @@ import pytest
 
 def reaper(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pyharvest.cli", *args], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-m", "pyharvest", *args], capture_output=True, text=True, timeout=120, check=False
     )
 
 

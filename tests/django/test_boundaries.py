@@ -21,7 +21,7 @@ def test_only_the_integrations_import_django_or_alembic() -> None:
 
 def test_importing_pyharvest_loads_neither() -> None:
     code = (
-        "import sys, pyharvest, pyharvest.stasher, pyharvest.cli, pyharvest.harvest, pyharvest.bindings.sql; "
+        "import sys, pyharvest, pyharvest.stasher, pyharvest._cli, pyharvest._harvest, pyharvest.bindings.sql; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'alembic')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout

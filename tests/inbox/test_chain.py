@@ -52,7 +52,7 @@ class InboxProcess:
             [
                 sys.executable,
                 "-m",
-                "pyharvest.cli",
+                "pyharvest",
                 "inbox",
                 "-f",
                 str(config),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyharvest.commands.inbox import load_handler
+from pyharvest._commands.inbox import load_handler
 from pyharvest.core.errors import ConfigError
 from pyharvest.inbox import InboxConfig, InboxFile, delivery_id_for, source_identity
 
@@ -85,7 +85,7 @@ def test_load_handler():
 def test_cli_prints_config_masked_and_refuses_bad_config(tmp_path, capsys):
     import yaml
 
-    from pyharvest.commands.inbox import main
+    from pyharvest._commands.inbox import main
 
     good = tmp_path / "inbox.yaml"
     good.write_text(yaml.safe_dump({"inbox": BASE}))
@@ -101,7 +101,7 @@ def test_cli_prints_config_masked_and_refuses_bad_config(tmp_path, capsys):
 def test_cli_reports_an_unexpected_error_in_one_line_as_reaper_inbox_does(tmp_path, capsys):
     import yaml
 
-    from pyharvest.commands.inbox import main
+    from pyharvest._commands.inbox import main
 
     cfg = tmp_path / "inbox.yaml"
     cfg.write_text(yaml.safe_dump({"inbox": {**BASE, "dataSource": f"sqlite:///{tmp_path}/no/such/dir/inbox.db"}}))
@@ -113,7 +113,7 @@ def test_cli_reports_an_unexpected_error_in_one_line_as_reaper_inbox_does(tmp_pa
 def test_cli_takes_one_of_handler_and_batch_handler(tmp_path, capsys):
     import yaml
 
-    from pyharvest.commands.inbox import main
+    from pyharvest._commands.inbox import main
 
     cfg = tmp_path / "inbox.yaml"
     cfg.write_text(yaml.safe_dump({"inbox": BASE}))

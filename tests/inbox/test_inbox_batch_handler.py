@@ -48,7 +48,7 @@ class InboxProcess:
         self.log_path = log_path
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pyharvest.cli", "inbox", "-f", str(config), *HANDLER],
+                [sys.executable, "-m", "pyharvest", "inbox", "-f", str(config), *HANDLER],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

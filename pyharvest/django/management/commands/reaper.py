@@ -68,8 +68,8 @@ class Command(BaseCommand):  # type: ignore[misc]  # Django ships no type inform
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from pyharvest.cli import run_harvest
-        from pyharvest.commands.exits import EXIT_OK
+        from pyharvest._cli import run_harvest
+        from pyharvest._commands.exits import EXIT_OK
 
         try:
             config = reaper_config(options["file"], options["database"])

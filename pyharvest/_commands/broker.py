@@ -17,7 +17,7 @@ import signal
 import threading
 from types import FrameType
 
-from pyharvest.commands.exits import EXIT_FAILURE, EXIT_OK, error_exit
+from pyharvest._commands.exits import EXIT_FAILURE, EXIT_OK, error_exit
 
 __all__ = ["cmd_broker", "register"]
 
@@ -28,8 +28,8 @@ log = logging.getLogger("pyharvest.reaper")
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
+    from pyharvest._commands.process import setup_logging
     from pyharvest.bindings.kafka.embedded import EmbeddedBroker, EmbeddedBrokerError
-    from pyharvest.commands.process import setup_logging
 
     setup_logging(logging.INFO)
     stop = threading.Event()

@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from pyharvest.commands.exits import EXIT_OK, EXIT_USAGE, error_exit
-from pyharvest.commands.files import add_file_argument
-from pyharvest.commands.process import run_command, setup_logging
+from pyharvest._commands.exits import EXIT_OK, EXIT_USAGE, error_exit
+from pyharvest._commands.files import add_file_argument
+from pyharvest._commands.process import run_command, setup_logging
 from pyharvest.core.config import POISON_POLICIES, mask_data_source, resolve_section, section_errors
 
 if TYPE_CHECKING:
@@ -54,10 +54,10 @@ def run_harvest(cfg: ReaperConfig, *, print_config: bool = False) -> int:
     set up from its ``logging:`` section, ``/metrics`` and probes from ``metrics:``, a graceful
     stop on the first signal. ``print_config`` prints the effective configuration (secrets
     masked) instead. Shared by ``reaper`` and Django's ``manage.py reaper``."""
+    from pyharvest._harvest import Harvest
     from pyharvest.bindings.ops import start_ops_server
     from pyharvest.bindings.ops.config import OpsConfig
     from pyharvest.envconfig import env_overrides
-    from pyharvest.harvest import Harvest
 
     harvest_cfg = resolve_section(cfg.harvest)
     # A 'metrics:' section (even empty) turns on /metrics, /healthz and /readyz.
@@ -154,8 +154,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_init_db(args: argparse.Namespace) -> int:
+    from pyharvest._commands.files import outbox_target
     from pyharvest.bindings.sql import create_outbox_table
-    from pyharvest.commands.files import outbox_target
 
     target = outbox_target(args)
     # From the file, the table is made ready for how it will be harvested.
@@ -251,11 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_extras(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from pyharvest.commands.broker import register as register_broker
-    from pyharvest.commands.inbox import register as register_inbox
-    from pyharvest.commands.quarantine import register as register_quarantine
-    from pyharvest.commands.verify import register as register_verify
-    from pyharvest.demo import register as register_demo
+    from pyharvest._commands.broker import register as register_broker
+    from pyharvest._commands.inbox import register as register_inbox
+    from pyharvest._commands.quarantine import register as register_quarantine
+    from pyharvest._commands.verify import register as register_verify
+    from pyharvest._demo import register as register_demo
 
     register_demo(sub)
     register_verify(sub)

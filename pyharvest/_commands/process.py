@@ -1,6 +1,6 @@
 """What every ``reaper`` command shares as a process: its logging, and how a parsed command
-runs (the exit code, one line for an error, a closed pipe). ``reaper`` (:mod:`pyharvest.cli`)
-and ``python -m pyharvest.commands.inbox`` both run their commands through it."""
+runs (the exit code, one line for an error, a closed pipe). ``reaper`` (:mod:`pyharvest._cli`)
+and ``python -m pyharvest._commands.inbox`` both run their commands through it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 
-from pyharvest.commands.exits import EXIT_FAILURE, EXIT_OK, exception_exit
+from pyharvest._commands.exits import EXIT_FAILURE, EXIT_OK, exception_exit
 
 __all__ = ["run_command", "setup_logging"]
 

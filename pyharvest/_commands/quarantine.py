@@ -23,8 +23,8 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from pyharvest.commands.exits import EXIT_OK, EXIT_USAGE, error_exit, exception_exit
-from pyharvest.commands.files import OutboxTarget, add_file_argument, outbox_target
+from pyharvest._commands.exits import EXIT_OK, EXIT_USAGE, error_exit, exception_exit
+from pyharvest._commands.files import OutboxTarget, add_file_argument, outbox_target
 from pyharvest.core.config import mask_data_source
 from pyharvest.core.errors import HarvestError
 

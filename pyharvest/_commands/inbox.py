@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
-from pyharvest.commands.exits import EXIT_FAILURE, EXIT_OK, error_exit
+from pyharvest._commands.exits import EXIT_FAILURE, EXIT_OK, error_exit
 
 __all__ = ["cmd_inbox", "load_handler", "main", "register"]
 
@@ -64,8 +64,8 @@ def load_handler(spec: str, option: str = "--handler") -> Any:
 
 
 def cmd_inbox(args: argparse.Namespace) -> int:
-    from pyharvest.commands.files import read_file_sections
-    from pyharvest.commands.process import setup_logging
+    from pyharvest._commands.files import read_file_sections
+    from pyharvest._commands.process import setup_logging
     from pyharvest.core.errors import ConfigError
     from pyharvest.inbox import Inbox, InboxFile, InboxTables
 
@@ -231,10 +231,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m pyharvest.commands.inbox …``: the same as ``reaper inbox …``."""
-    from pyharvest.commands.process import run_command
+    """``python -m pyharvest._commands.inbox …``: the same as ``reaper inbox …``."""
+    from pyharvest._commands.process import run_command
 
-    parser = argparse.ArgumentParser(prog="python -m pyharvest.commands.inbox")
+    parser = argparse.ArgumentParser(prog="python -m pyharvest._commands.inbox")
     register(parser.add_subparsers())
     try:
         args = parser.parse_args(["inbox", *(sys.argv[1:] if argv is None else argv)])

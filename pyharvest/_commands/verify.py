@@ -30,8 +30,8 @@ import json
 import sys
 from typing import IO, Any
 
-from pyharvest.commands.exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, error_exit
-from pyharvest.commands.files import add_file_argument
+from pyharvest._commands.exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, error_exit
+from pyharvest._commands.files import add_file_argument
 from pyharvest.verify import VerifyError, parse_identity, verify_topic
 
 __all__ = ["cmd_verify", "read_expected", "register"]
@@ -76,7 +76,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return error_exit(str(e), EXIT_USAGE, "reaper verify")
     properties: dict[str, object] = {}
     if args.file:
-        from pyharvest.commands.files import kafka_properties
+        from pyharvest._commands.files import kafka_properties
 
         properties = kafka_properties(args.file)
     servers = args.bootstrap_servers or properties.pop("bootstrap.servers", None)
