@@ -168,14 +168,15 @@ class TransactionalKafkaClients(KafkaClients, Protocol):
     def transactional_producer(self, config: KafkaConfigMap) -> TransactionalProducer: ...
 
     def ensure_progress_topic(self, config: KafkaConfigMap, topic: str, partitions: int, timeout: float = 10.0) -> None:
-        """Create the compacted ``topic`` with ``partitions`` partitions if missing; raise
-        :class:`TopicError` if it cannot be, or if it exists with fewer partitions."""
+        """Create the compacted ``topic`` with ``partitions`` partitions if missing, or add
+        partitions up to that number; raise :class:`TopicError` if it cannot."""
         ...
 
-    def probe_transactions(self, config: KafkaConfigMap, topic: str, timeout: float) -> None:
-        """Check, with a producer of this ``config`` (its own ``transactional.id``), that the
-        cluster runs transactions and hides aborted records from ``read_committed``
-        consumers; raise :class:`TransactionError` (kind ``"unsupported"``) if not."""
+    def probe_transactions(self, config: KafkaConfigMap, topic: str, partition: int, timeout: float) -> None:
+        """Check, with a producer of this ``config`` (its own ``transactional.id``) writing to
+        ``partition`` of ``topic``, that the cluster runs transactions and hides aborted
+        records from ``read_committed`` consumers; raise :class:`TransactionError` (kind
+        ``"unsupported"``) if not."""
         ...
 
     def last_committed(self, config: KafkaConfigMap, topic: str, partition: int, timeout: float) -> bytes | None:

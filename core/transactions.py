@@ -127,13 +127,15 @@ def check_transactions(kafka: KafkaClients, config: Config) -> None:
         )
     servers = config.base_kafka_config.get("bootstrap.servers")
     try:
-        kafka.ensure_progress_topic(config.base_kafka_config, config.progress_topic, config.shards)
+        kafka.ensure_progress_topic(config.base_kafka_config, config.progress_topic, config.shards + 1)
     except TopicError as e:
         raise HarvestError(f"delivery: exactly-once: {e}") from None
-    # A fixed id per group, never a shard's: initialising it fences no leader.
+    # A fixed id per group, never a shard's: initialising it fences no leader. Its partition
+    # is one past the shards': a leader's open transaction there would hold the probe's
+    # read_committed read back until it ends.
     probe_config = {**producer_config(config), "transactional.id": f"pyharvest.{config.leader_group_id}.probe"}
     try:
-        kafka.probe_transactions(probe_config, config.progress_topic, TRANSACTION_CALL_SECONDS)
+        kafka.probe_transactions(probe_config, config.progress_topic, config.shards, TRANSACTION_CALL_SECONDS)
     except TransactionError as e:
         raise HarvestError(
             f"delivery: exactly-once needs a Kafka cluster with transactions, and the one at "

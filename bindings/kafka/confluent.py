@@ -16,14 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from pyharvest.bindings.kafka.logs import librdkafka_logger
 from pyharvest.core.errors import KafkaPropertyError
-from pyharvest.core.kafka import (
-    DeliveryCallback,
-    DeliveryError,
-    KafkaConfigMap,
-    ProduceError,
-    TopicError,
-    TransactionalProducer,
-)
+from pyharvest.core.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap, ProduceError, TopicError
 
 __all__ = ["ConfluentClients", "ConfluentLeaderConsumer", "ConfluentProducer", "delivery_error"]
 
@@ -241,28 +234,6 @@ class ConfluentClients:
 
     def leader_consumer(self, config: KafkaConfigMap) -> ConfluentLeaderConsumer:
         return ConfluentLeaderConsumer(config)
-
-    # delivery: exactly-once (pyharvest.bindings.kafka.transactions)
-
-    def transactional_producer(self, config: KafkaConfigMap) -> TransactionalProducer:
-        from pyharvest.bindings.kafka.transactions import ConfluentTransactionalProducer
-
-        return ConfluentTransactionalProducer(config)
-
-    def ensure_progress_topic(self, config: KafkaConfigMap, topic: str, partitions: int, timeout: float = 10.0) -> None:
-        from pyharvest.bindings.kafka.transactions import ensure_progress_topic
-
-        ensure_progress_topic(config, topic, partitions, timeout)
-
-    def probe_transactions(self, config: KafkaConfigMap, topic: str, timeout: float) -> None:
-        from pyharvest.bindings.kafka.transactions import probe_transactions
-
-        probe_transactions(config, topic, timeout)
-
-    def last_committed(self, config: KafkaConfigMap, topic: str, partition: int, timeout: float) -> bytes | None:
-        from pyharvest.bindings.kafka.transactions import last_committed
-
-        return last_committed(config, topic, partition, timeout)
 
     def topic_partitions(self, config: KafkaConfigMap, topic: str, timeout: float = 10.0) -> int:
         """How many partitions ``topic`` has (0 when it does not exist)."""

@@ -11,10 +11,22 @@ from collections.abc import Sequence
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import NewPartitions, NewTopic  # type: ignore[attr-defined]
 
-from pyharvest.bindings.kafka.confluent import ConfluentProducer, _admin, _client_config, refused_configuration
+from pyharvest.bindings.kafka.confluent import (
+    ConfluentClients,
+    ConfluentProducer,
+    _admin,
+    _client_config,
+    refused_configuration,
+)
 from pyharvest.core.kafka import DeliveryCallback, KafkaConfigMap, ProduceError, TopicError, TransactionError
 
-__all__ = ["ConfluentTransactionalProducer", "ensure_progress_topic", "last_committed", "probe_transactions"]
+__all__ = [
+    "ConfluentTransactionalClients",
+    "ConfluentTransactionalProducer",
+    "ensure_progress_topic",
+    "last_committed",
+    "probe_transactions",
+]
 
 log = logging.getLogger("pyharvest.kafka")
 
@@ -201,7 +213,7 @@ def _last_value(consumer: Consumer, tp: TopicPartition, end: int, deadline: floa
             last = value if isinstance(value, bytes) else str(value).encode()
 
 
-def probe_transactions(config: KafkaConfigMap, topic: str, timeout: float) -> None:
+def probe_transactions(config: KafkaConfigMap, topic: str, partition: int, timeout: float) -> None:
     """Abort a transaction of one record in ``topic`` and check that a ``read_committed``
     consumer does not see it. A broker may accept every transactional request and still
     show aborted records (the embedded development broker does): exactly-once would then
@@ -218,7 +230,7 @@ def probe_transactions(config: KafkaConfigMap, topic: str, timeout: float) -> No
         producer.init_transactions(timeout)
         producer.begin_transaction()
         raw = producer._producer
-        raw.produce(topic, b"", b"pyharvest-probe", 0, on_delivery=delivered)
+        raw.produce(topic, b"", b"pyharvest-probe", partition, on_delivery=delivered)
         raw.flush(timeout)
         producer.abort_transaction(timeout)
     finally:
@@ -241,7 +253,7 @@ def probe_transactions(config: KafkaConfigMap, topic: str, timeout: float) -> No
         )
     )
     try:
-        consumer.assign([TopicPartition(topic, 0, offsets[0])])
+        consumer.assign([TopicPartition(topic, partition, offsets[0])])
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             msg = consumer.poll(0.5)
@@ -257,3 +269,21 @@ def probe_transactions(config: KafkaConfigMap, topic: str, timeout: float) -> No
         raise TransactionError("unsupported", "reading back the probe of an aborted transaction timed out")
     finally:
         consumer.close()
+
+
+class ConfluentTransactionalClients(ConfluentClients):
+    """:class:`~pyharvest.bindings.kafka.confluent.ConfluentClients` that can also publish
+    exactly once (:class:`~pyharvest.core.kafka.TransactionalKafkaClients`): what
+    :class:`pyharvest.Harvest` uses."""
+
+    def transactional_producer(self, config: KafkaConfigMap) -> ConfluentTransactionalProducer:
+        return ConfluentTransactionalProducer(config)
+
+    def ensure_progress_topic(self, config: KafkaConfigMap, topic: str, partitions: int, timeout: float = 10.0) -> None:
+        ensure_progress_topic(config, topic, partitions, timeout)
+
+    def probe_transactions(self, config: KafkaConfigMap, topic: str, partition: int, timeout: float) -> None:
+        probe_transactions(config, topic, partition, timeout)
+
+    def last_committed(self, config: KafkaConfigMap, topic: str, partition: int, timeout: float) -> bytes | None:
+        return last_committed(config, topic, partition, timeout)
