@@ -186,6 +186,9 @@ class TransactionalPublisher:
         self._cond = threading.Condition(threading.Lock())
         self._queue: list[OutboxRecord] = []
         self._running = 0
+        # The ids of the last committed transaction, until purged: purged while the next
+        # transaction's records are on their way, and before it commits (rule 2).
+        self._unpurged: list[int] = []
         self._leading = False
         #: Read without the lock by the main loop, which remarks when it sees it set.
         self.force_remark = False
@@ -207,7 +210,7 @@ class TransactionalPublisher:
 
     @property
     def in_flight(self) -> int:
-        return len(self._queue) + self._running
+        return len(self._queue) + self._running + len(self._unpurged)
 
     parked_count = 0
 
@@ -278,14 +281,15 @@ class TransactionalPublisher:
         with self._cond:
             self._leading = False
             self._queue.clear()
+            self._cond.notify_all()
             waited_from = time.monotonic()
-            while self._running:
+            while self._running or self._unpurged:
                 if deadline is not None and time.monotonic() > deadline:
                     break
                 if not delivering():
                     break
                 self._cond.wait(0.1)
-            running = self._running
+            running = self._running + len(self._unpurged)
         if running:
             log.warning("a transaction of %d records still runs after %s; the next leader settles it", running, reason)
         else:
@@ -308,9 +312,13 @@ class TransactionalPublisher:
                 job = self._next_job(done)
                 if job is None:
                     return
-                if isinstance(job, str):  # "takeover"
+                if job == "takeover":
                     self._take_over(binding)
                     continue
+                if job == "purge":
+                    self._purge_committed(binding)
+                    continue
+                assert not isinstance(job, str)
                 try:
                     self._transact(binding, job)
                 finally:
@@ -325,6 +333,8 @@ class TransactionalPublisher:
             while True:
                 if self._leading and self._takeover:
                     return "takeover"
+                if self._unpurged and not (self._leading and self.ready and not self.force_remark and self._queue):
+                    return "purge"  # nothing to overlap it with
                 if self._leading and self.ready and not self.force_remark and self._queue:
                     batch = self._queue
                     self._queue = []
@@ -365,6 +375,7 @@ class TransactionalPublisher:
             self._pause()
             return
         self._producer = producer
+        self._unpurged = []  # if still there, they are the last committed transaction's: purged below
         ids = self._progress_ids(value)
         if ids and not self._purge(binding, ids, "the last committed transaction's records"):
             return  # not leading any more, or shutting down: the next takeover does it
@@ -391,7 +402,8 @@ class TransactionalPublisher:
             ) from None
 
     def _transact(self, binding: DatabaseBinding, batch: list[OutboxRecord]) -> None:
-        """Rule 2: publish ``batch`` and its progress record in one transaction, then purge."""
+        """Publish ``batch`` and its progress record in one transaction; purge the previous
+        transaction's rows while the records are on their way, and before the commit (rule 2)."""
         producer = self._producer
         assert producer is not None
         failures: list[tuple[OutboxRecord, DeliveryError]] = []
@@ -410,6 +422,9 @@ class TransactionalPublisher:
                 lambda err: progress_failed.append(err) if err is not None else None,
                 self._shard,
             )
+            if self._unpurged and not self._purge_committed(binding):
+                self._abort(producer, batch, [], [], 0, "the previous transaction's rows could not be purged")
+                return
             left = producer.flush(TRANSACTION_CALL_SECONDS)
             if failures or progress_failed or left:
                 self._abort(producer, batch, failures, progress_failed, left)
@@ -429,12 +444,21 @@ class TransactionalPublisher:
             for i in ids:
                 self._attempts.pop(i, None)
         self.poison_streak = 0
-        if not self._purge(binding, ids, "committed records"):
-            # Not leading any more, or shutting down: no further commit until a takeover
-            # has purged them (rule 2), whichever process makes it.
-            with self._cond:
+        with self._cond:
+            self._unpurged = ids
+
+    def _purge_committed(self, binding: DatabaseBinding) -> bool:
+        """Purge the last committed transaction's rows; if that cannot be done now (not
+        leading any more, or shutting down), no further commit until a takeover has purged
+        them (rule 2), whichever process makes it."""
+        purged = self._purge(binding, self._unpurged, "committed records")
+        with self._cond:
+            self._unpurged = []
+            if not purged:
                 self._takeover = True
                 self.ready = False
+            self._cond.notify_all()
+        return purged
 
     def _produce(
         self,
@@ -476,6 +500,7 @@ class TransactionalPublisher:
         failures: list[tuple[OutboxRecord, DeliveryError]],
         progress_failed: list[DeliveryError],
         left: int,
+        why: str = "",
     ) -> None:
         self._metrics.transactions_aborted += 1
         self.raise_remark()  # before anything else: nothing of this batch may be published under this id
@@ -491,7 +516,7 @@ class TransactionalPublisher:
             if first
             else f"progress record: {progress_failed[0]}"
             if progress_failed
-            else f"{left} deliveries unanswered",
+            else why or f"{left} deliveries unanswered",
         )
         if failures:
             self._triage(failures)

@@ -277,6 +277,7 @@ class FakeTransactionalProducer(FakeProducer):
         self.txn_id = txn_id
         self.epoch = -1
         self.open: list[Sent] | None = None
+        self.commits = 0
 
     def _check(self) -> None:
         from pyharvest.core.kafka import TransactionError
@@ -318,6 +319,7 @@ class FakeTransactionalProducer(FakeProducer):
             for s in self.open or []:
                 txns.committed[(s.topic, s.partition)].append((s.key, s.value))
             txns.commits += 1
+            self.commits += 1
             self.open = None
             if error is not None:
                 raise TransactionError(error[0], "injected after the commit took effect")
