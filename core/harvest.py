@@ -265,7 +265,11 @@ class HarvestEngine(Lifecycle):
             self._step_down()
             self._emit(LeaderFenced(self.shard))
             (self._publisher or self._sender).abandon()
-            self._quiesce("leadership fenced")
+            # Exactly once, Kafka's own fence makes waiting for the transaction unnecessary,
+            # and an abort may hang on the cut-off broker (for shards, on the group's thread).
+            limits = self.config.limits
+            wait = None if self._publisher is None else time.monotonic() + (limits.heartbeat_timeout or 1.0)
+            self._quiesce("leadership fenced", wait)
         else:
             # A revocation waits for in-flight records before the handler runs: the next
             # leader is not elected until this callback returns.
@@ -394,9 +398,11 @@ class HarvestEngine(Lifecycle):
         self._dispatch.stop_leading()
         self._leader_id = None
 
-    def _quiesce(self, reason: str) -> None:
+    def _quiesce(self, reason: str, deadline: float | None = None) -> None:
         thread = self._delivery_thread
-        self._dispatch.quiesce(reason, self._shutdown_deadline, lambda: thread is None or thread.is_alive())
+        if self._shutdown_deadline is not None:
+            deadline = min(deadline or self._shutdown_deadline, self._shutdown_deadline)
+        self._dispatch.quiesce(reason, deadline, lambda: thread is None or thread.is_alive())
 
     # ------------------------------------------------------------------ delivery thread
 

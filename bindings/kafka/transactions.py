@@ -162,6 +162,9 @@ def last_committed(config: KafkaConfigMap, topic: str, partition: int, timeout: 
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "isolation.level": "read_committed",
+            # At the end of the partition the broker holds a fetch this long for more data
+            # (500 ms by default), and a takeover would wait for it.
+            "fetch.wait.max.ms": 10,
         }
     )
     try:
@@ -249,6 +252,7 @@ def probe_transactions(config: KafkaConfigMap, topic: str, partition: int, timeo
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 10,
             }
         )
     )
