@@ -120,3 +120,44 @@ def test_a_refused_session_is_fatal_when_the_brokers_would_expire_a_live_leader(
     clients = SessionClients(SessionBounds(min_session_ms=1000, default_session_ms=1500), refuse="refused")
     with pytest.raises(TopicError, match="shorter than heartbeatTimeout"):
         group_of(clients).start()
+
+
+# -- against brokers ----------------------------------------------------------------------
+
+
+@pytest.mark.kafka
+def test_the_embedded_broker_refuses_the_consumer_protocol_at_start_clearly(embedded_bootstrap: str) -> None:
+    from pyharvest.bindings.kafka.confluent import ConfluentClients
+
+    group = ShardGroup(ConfluentClients(), {"bootstrap.servers": embedded_bootstrap}, "emb.neli", "emb", "me", 2,
+                       heartbeat_timeout=2.0, min_poll_interval=0.05, poll_duration=0.0, group_protocol="consumer")
+    with pytest.raises(TopicError, match=r"does not speak Kafka's consumer group protocol.*groupProtocol: classic"):
+        group.start()
+
+
+@pytest.mark.kafka
+def test_a_consumer_group_on_apache_kafka_gets_the_session_heartbeat_timeout_asks(
+    kafka_config: dict[str, object],
+) -> None:
+    import uuid
+
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    from pyharvest.bindings.kafka.confluent import ConfluentClients
+    from tests.fixtures.kafka import on_embedded_broker
+
+    if on_embedded_broker():
+        pytest.skip("the embedded broker speaks only the classic group protocol")
+    clients, name = ConfluentClients(), f"gp-{uuid.uuid4().hex[:8]}"
+    group = ShardGroup(clients, kafka_config, f"{name}.neli", name, "me", 2, heartbeat_timeout=2.0,
+                       min_poll_interval=0.05, poll_duration=0.0, group_protocol="consumer")
+    expected, _ = choose_session(2.0, clients.session_bounds(kafka_config))
+    group.start()
+    try:
+        resource = ConfigResource(ResourceType.GROUP, name)
+        admin = AdminClient({"bootstrap.servers": str(kafka_config["bootstrap.servers"])})
+        found = admin.describe_configs([resource])[resource].result(10)
+        assert int(found["consumer.session.timeout.ms"].value) == expected.session_ms
+        assert int(found["consumer.heartbeat.interval.ms"].value) == expected.heartbeat_ms
+    finally:
+        group.close()

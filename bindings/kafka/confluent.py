@@ -294,8 +294,9 @@ class ConfluentClients:
             for name, value in (("consumer.session.timeout.ms", session.session_ms),
                                 ("consumer.heartbeat.interval.ms", session.heartbeat_ms))
         ])
+        admin = _admin(config)  # kept until the answer: a client destroyed first fails its requests
         try:
-            _admin(config).incremental_alter_configs([resource], request_timeout=timeout)[resource].result(timeout)
+            admin.incremental_alter_configs([resource], request_timeout=timeout)[resource].result(timeout)
         except KafkaException as e:
             raise TopicError(f"cannot set the session of group {group_id!r}: {e.args[0].str()}") from None
         except Exception as e:  # noqa: BLE001 - e.g. a timeout from the future
