@@ -15,6 +15,7 @@ from pyharvest.core.group_protocol import GroupSession, SessionBounds, choose_se
 from pyharvest.core.neli import ShardGroup, leader_client_configs, shard_client_configs
 from pyharvest.envconfig import apply_env_overrides
 from tests.test_shard_group import Clients
+from tests.waiting import wait_until
 
 
 def test_classic_is_the_default_and_consumer_is_chosen_in_yaml_or_the_environment() -> None:
@@ -159,5 +160,12 @@ def test_a_consumer_group_on_apache_kafka_gets_the_session_heartbeat_timeout_ask
         found = admin.describe_configs([resource])[resource].result(10)
         assert int(found["consumer.session.timeout.ms"].value) == expected.session_ms
         assert int(found["consumer.heartbeat.interval.ms"].value) == expected.heartbeat_ms
+
+        # It leads both shards on its heartbeats, and readiness (librdkafka's statistics) holds.
+        def leading() -> bool:
+            group.pulse()
+            return all(lease.pulse() for lease in group.leases) and group.broker_connected is True
+
+        wait_until(leading, 30, "the lone member to lead both shards, connected")
     finally:
         group.close()
