@@ -33,8 +33,12 @@ def test_an_unknown_protocol_is_refused_naming_the_choices() -> None:
 
 
 def test_under_consumer_the_settings_the_broker_owns_are_not_sent() -> None:
-    base = {"bootstrap.servers": "k:9092", "session.timeout.ms": 9000, "heartbeat.interval.ms": 100,
-            "partition.assignment.strategy": "range"}
+    base = {
+        "bootstrap.servers": "k:9092",
+        "session.timeout.ms": 9000,
+        "heartbeat.interval.ms": 100,
+        "partition.assignment.strategy": "range",
+    }
     consumer, producer = shard_client_configs(base, "g", 2.0, "consumer")
     assert consumer["group.protocol"] == "consumer" and consumer["group.id"] == "g"
     assert not {"session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"} & set(consumer)
@@ -85,8 +89,18 @@ class SessionClients(Clients):
 
 
 def group_of(clients: Clients, config: dict[str, object] | None = None) -> ShardGroup:
-    return ShardGroup(clients, config or {}, "app.neli", "app", "me", 4, heartbeat_timeout=2.0,
-                      min_poll_interval=0.01, poll_duration=0.0, group_protocol="consumer")
+    return ShardGroup(
+        clients,
+        config or {},
+        "app.neli",
+        "app",
+        "me",
+        4,
+        heartbeat_timeout=2.0,
+        min_poll_interval=0.01,
+        poll_duration=0.0,
+        group_protocol="consumer",
+    )
 
 
 def test_a_consumer_group_gets_its_session_before_it_joins(caplog: pytest.LogCaptureFixture) -> None:
@@ -130,8 +144,18 @@ def test_a_refused_session_is_fatal_when_the_brokers_would_expire_a_live_leader(
 def test_the_embedded_broker_refuses_the_consumer_protocol_at_start_clearly(embedded_bootstrap: str) -> None:
     from pyharvest.bindings.kafka.confluent import ConfluentClients
 
-    group = ShardGroup(ConfluentClients(), {"bootstrap.servers": embedded_bootstrap}, "emb.neli", "emb", "me", 2,
-                       heartbeat_timeout=2.0, min_poll_interval=0.05, poll_duration=0.0, group_protocol="consumer")
+    group = ShardGroup(
+        ConfluentClients(),
+        {"bootstrap.servers": embedded_bootstrap},
+        "emb.neli",
+        "emb",
+        "me",
+        2,
+        heartbeat_timeout=2.0,
+        min_poll_interval=0.05,
+        poll_duration=0.0,
+        group_protocol="consumer",
+    )
     with pytest.raises(TopicError, match=r"does not speak Kafka's consumer group protocol.*groupProtocol: classic"):
         group.start()
 
@@ -150,8 +174,18 @@ def test_a_consumer_group_on_apache_kafka_gets_the_session_heartbeat_timeout_ask
     if on_embedded_broker():
         pytest.skip("the embedded broker speaks only the classic group protocol")
     clients, name = ConfluentClients(), f"gp-{uuid.uuid4().hex[:8]}"
-    group = ShardGroup(clients, kafka_config, f"{name}.neli", name, "me", 2, heartbeat_timeout=2.0,
-                       min_poll_interval=0.05, poll_duration=0.0, group_protocol="consumer")
+    group = ShardGroup(
+        clients,
+        kafka_config,
+        f"{name}.neli",
+        name,
+        "me",
+        2,
+        heartbeat_timeout=2.0,
+        min_poll_interval=0.05,
+        poll_duration=0.0,
+        group_protocol="consumer",
+    )
     expected, _ = choose_session(2.0, clients.session_bounds(kafka_config))
     group.start()
     try:
@@ -169,3 +203,14 @@ def test_a_consumer_group_on_apache_kafka_gets_the_session_heartbeat_timeout_ask
         wait_until(leading, 30, "the lone member to lead both shards, connected")
     finally:
         group.close()
+
+
+def test_reapers_preflight_accepts_a_consumer_group_with_the_refused_settings_left_out() -> None:
+    from pyharvest._cli import check_harvest_config
+
+    cfg = Config(
+        data_source="sqlite://",
+        group_protocol="consumer",
+        base_kafka_config={"bootstrap.servers": "k:9092", "session.timeout.ms": 10_000},
+    ).resolve()
+    check_harvest_config(cfg)  # librdkafka would refuse session.timeout.ms beside group.protocol=consumer
