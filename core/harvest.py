@@ -195,6 +195,7 @@ class HarvestEngine(Lifecycle):
             min_poll_interval=limits.min_poll_interval,  # type: ignore[arg-type]
             poll_duration=limits.poll_duration,  # type: ignore[arg-type]
             on_status=self._on_leader_status,
+            group_protocol=cfg.group_protocol,
         )
         self._neli.start()
 
