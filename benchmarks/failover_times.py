@@ -2,6 +2,7 @@
 (SIGKILL) or stopped (SIGTERM), measured with real harvester processes.
 
     python -m benchmarks.failover_times [--bootstrap HOST:PORT] [--rounds 3] [--heartbeat-timeout 5s]
+    python -m benchmarks.failover_times --bootstrap HOST:PORT --group-protocols classic,consumer
 
 Each round starts a harvester alone (fresh start → its LeaderAcquired), then a standby; once
 the group is settled it SIGKILLs the leader and times the standby's LeaderAcquired; then
@@ -41,9 +42,9 @@ def on_event(e):
     if isinstance(e, (LeaderAcquired, LeaderRevoked, LeaderFenced)):
         say(type(e).__name__)
 
-bootstrap, url, group, heartbeat, interval = sys.argv[1:6]
+bootstrap, url, group, heartbeat, interval, protocol = sys.argv[1:7]
 kafka = {"bootstrap.servers": bootstrap, **({"heartbeat.interval.ms": int(interval)} if interval else {})}
-config = Config(base_kafka_config=kafka, data_source=url, leader_group_id=group,
+config = Config(base_kafka_config=kafka, data_source=url, leader_group_id=group, group_protocol=protocol,
                 limits=Limits(heartbeat_timeout=parse_duration(heartbeat)))
 harvest = Harvest(config, on_event=on_event)
 signal.signal(signal.SIGTERM, lambda *_: harvest.stop())
@@ -134,9 +135,10 @@ def handover(running: list[Harvester], sig: int, leader: Harvester | None = None
     return took
 
 
-def round_(args: argparse.Namespace, bootstrap: str, url: str, interval: str) -> dict[str, float]:
+def round_(args: argparse.Namespace, bootstrap: str, url: str, interval: str, protocol: str = "classic"
+           ) -> dict[str, float]:
     group = f"failover-{uuid.uuid4().hex[:8]}"
-    child = [bootstrap, url, group, args.heartbeat_timeout, interval]
+    child = [bootstrap, url, group, args.heartbeat_timeout, interval, protocol]
     # A join completes within a session timeout (3 × heartbeatTimeout) on any broker.
     quiet = 3 * parse_duration(args.heartbeat_timeout) + 2
     times: dict[str, float] = {}
@@ -180,6 +182,8 @@ def main() -> None:
         "--compare-heartbeat-interval", type=int, metavar="MS",
         help="also run rounds with this heartbeat.interval.ms (e.g. 3000, librdkafka's default), interleaved",
     )
+    parser.add_argument("--group-protocols", default="classic",
+                        help="the leader group's protocols (classic, consumer: KIP-848), rounds interleaved")
     args = parser.parse_args()
 
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
@@ -193,13 +197,14 @@ def main() -> None:
         url = f"sqlite:///{Path(tmp) / 'outbox.db'}"
         create_outbox_table(url)
         print(f"heartbeatTimeout {args.heartbeat_timeout}, broker {bootstrap}; load average {os.getloadavg()[0]:.2f}")
-        variants = {"": "default"}
+        variants = {("", p): p for p in args.group_protocols.split(",")}
         if args.compare_heartbeat_interval:
-            variants[str(args.compare_heartbeat_interval)] = f"heartbeat.interval.ms={args.compare_heartbeat_interval}"
+            variants[(str(args.compare_heartbeat_interval), "classic")] = (
+                f"heartbeat.interval.ms={args.compare_heartbeat_interval}")
         results: dict[tuple[str, str], list[float]] = {}
         for n in range(1, args.rounds + 1):
-            for interval, label in variants.items():
-                for what, seconds in round_(args, bootstrap, url, interval).items():
+            for (interval, protocol), label in variants.items():
+                for what, seconds in round_(args, bootstrap, url, interval, protocol).items():
                     results.setdefault((label, what), []).append(seconds)
                     shown = f"{seconds:6.1f} s" if seconds != float("inf") else f"no leader after {STALL:.0f} s"
                     print(f"round {n}  {label:<26} {what:<30} {shown}", flush=True)

@@ -3,6 +3,7 @@
     python -m benchmarks.group_handover                         # the embedded broker, 15 s session
     python -m benchmarks.group_handover --heartbeat-timeout 2   # a 6 s session
     python -m benchmarks.group_handover --bootstrap HOST:9092   # any broker
+    python -m benchmarks.group_handover --bootstrap HOST:9092 --group-protocols classic,consumer
 
 A sharded harvester's shard resumes once the group has given the shard's leader-topic
 partition to a surviving member, and pyharvest's own part after that is short (``shard_bench``'s
@@ -12,7 +13,10 @@ the session of ``heartbeatTimeout``, the heartbeat interval, cooperative-sticky)
 of one partition per shard. Once every partition is owned, one member is stopped (SIGTERM: it
 closes its consumer and leaves the group, as a harvester does; SIGKILL: it just dies), and the
 time until the others own all its partitions is reported, with whether they kept their own
-partitions throughout (incremental rebalancing). Exits 1 if a handover did not complete.
+partitions throughout (incremental rebalancing). Under KIP-848's consumer protocol
+(``--group-protocols consumer``, Apache Kafka 4.0+) the session is the group's own configuration,
+set as the harvester sets it (:mod:`~pyharvest.core.group_protocol`, within the broker's bounds);
+with several protocols the runs alternate between them. Exits 1 if a handover did not complete.
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from benchmarks.tests_support import create_topic
-from pyharvest.core.shard_group import shard_client_configs
+from pyharvest.bindings.kafka.confluent import ConfluentClients
+from pyharvest.core.group_protocol import choose_session, wanted_session
+from pyharvest.core.neli import shard_client_configs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,6 +51,8 @@ class Handover:
     victim_partitions: list[int]
     handover_s: float | None = None  # None: not within the wait
     survivors_kept_theirs: bool = True
+    group_protocol: str = "classic"
+    load_1min: float = 0.0  # the machine's load average when the member was stopped
 
 
 def member(config: dict[str, Any], topic: str) -> None:
@@ -130,12 +138,27 @@ def _wait(what: str, done: Any, timeout: float) -> bool:
     return False
 
 
+def group_session_s(base: dict[str, Any], group_id: str, heartbeat_timeout: float, group_protocol: str) -> float:
+    """The group's session, seconds: under the consumer protocol, set as the harvester sets it."""
+    if group_protocol == "classic":
+        return wanted_session(heartbeat_timeout).session_ms / 1000
+    clients = ConfluentClients()
+    clients.check_consumer_protocol(base)
+    session, note = choose_session(heartbeat_timeout, clients.session_bounds(base))
+    if note:
+        print(f"  {note}", file=sys.stderr, flush=True)
+    clients.set_group_session(base, group_id, session)
+    return session.session_ms / 1000
+
+
 def run_once(bootstrap: str, sig: str, members: int, partitions: int, heartbeat_timeout: float,
-             kafka_config: dict[str, Any]) -> Handover:
+             kafka_config: dict[str, Any], group_protocol: str = "classic") -> Handover:
     topic = f"handover-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, partitions)
-    config, _ = shard_client_configs({"bootstrap.servers": bootstrap, **kafka_config}, f"g-{topic}", heartbeat_timeout)
-    result = Handover(sig, int(config["session.timeout.ms"]) / 1000, members, partitions, [])  # type: ignore[call-overload]
+    base = {"bootstrap.servers": bootstrap, **kafka_config}
+    session_s = group_session_s(base, f"g-{topic}", heartbeat_timeout, group_protocol)
+    config, _ = shard_client_configs(base, f"g-{topic}", heartbeat_timeout, group_protocol)
+    result = Handover(sig, session_s, members, partitions, [], group_protocol=group_protocol)
     group = Members()
     try:
         for i in range(members):
@@ -152,6 +175,7 @@ def run_once(bootstrap: str, sig: str, members: int, partitions: int, heartbeat_
         before = group.snapshot()
         victim = max(before, key=lambda name: (len(before[name]), name))
         result.victim_partitions = sorted(before[victim])
+        result.load_1min = os.getloadavg()[0]
         stopped = time.time()
         group.procs[victim].send_signal(getattr(signal, sig))
 
@@ -180,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partitions", type=int, default=6, help="the shards")
     p.add_argument("--heartbeat-timeout", type=float, default=5.0, help="heartbeatTimeout, s (the session: 3 times)")
     p.add_argument("--kafka-config", type=json.loads, default={}, help="JSON properties added to the consumers'")
+    p.add_argument("--group-protocols", default="classic", help="classic, consumer (KIP-848), or both: alternated")
     p.add_argument("--json", default=None)
     p.add_argument("--member", nargs=2, metavar=("CONFIG", "TOPIC"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -196,20 +221,22 @@ def main(argv: list[str] | None = None) -> int:
         bootstrap = args.bootstrap or broker.start().bootstrap_servers  # type: ignore[union-attr]
         for rnd in range(1, args.rounds + 1):
             for sig in args.signals.split(","):
-                print(f"round {rnd}: {sig}", file=sys.stderr, flush=True)
-                runs.append(run_once(bootstrap, sig, args.members, args.partitions, args.heartbeat_timeout,
-                                     args.kafka_config))
+                for protocol in args.group_protocols.split(","):
+                    print(f"round {rnd}: {sig}, {protocol} protocol", file=sys.stderr, flush=True)
+                    runs.append(run_once(bootstrap, sig, args.members, args.partitions, args.heartbeat_timeout,
+                                         args.kafka_config, protocol))
     finally:
         if broker is not None:
             broker.stop()
     print(f"\n{args.members} members, {args.partitions} partitions; handover: from the stop until the others "
           "own every partition")
-    print(f"{'signal':>7} {'session s':>9} {'handover s':>10} {'beyond session s':>16}  survivors kept theirs")
-    for r in runs:
+    print(f"{'protocol':>8} {'signal':>7} {'session s':>9} {'handover s':>10} {'beyond session s':>16} "
+          f"{'load':>5}  survivors kept theirs")
+    for r in sorted(runs, key=lambda r: (r.group_protocol, r.signal)):
         beyond = "" if r.handover_s is None or r.signal != "SIGKILL" else f"{r.handover_s - r.session_s:.2f}"
         handover = "-" if r.handover_s is None else f"{r.handover_s:.2f}"
-        print(f"{r.signal:>7} {r.session_s:>9g} {handover:>10} {beyond:>16}  "
-              f"{'yes' if r.survivors_kept_theirs else 'no'}")
+        print(f"{r.group_protocol:>8} {r.signal:>7} {r.session_s:>9g} {handover:>10} {beyond:>16} "
+              f"{r.load_1min:>5.1f}  {'yes' if r.survivors_kept_theirs else 'no'}")
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(r) for r in runs], indent=2))
     return 0 if all(r.handover_s is not None for r in runs) else 1

@@ -4,6 +4,8 @@
     python -m benchmarks.shard_bench --scenarios drain --rounds 3 --records 200000
     python -m benchmarks.shard_bench --scenarios failover --database mysql+pymysql://root@127.0.0.1:3306/test
     python -m benchmarks.shard_bench --quick                  # toy sizes: correctness only
+    python -m benchmarks.shard_bench --scenarios failover --bootstrap 127.0.0.1:9092 \
+        --group-protocols classic,consumer --heartbeat-timeout 2s --shards 6 --rounds 3
     python -m benchmarks.shard_bench --bootstrap 127.0.0.1:19092 --delivery at-least-once,exactly-once
 
 ``drain`` runs 1, 2 and 3 ``reaper`` processes (shards 1, 4 and 6) over the same backlog, with
@@ -22,8 +24,12 @@ SIGTERMs) one that leads something, with shards 1 (the single-leader design) and
 each record's commit time and its Kafka timestamp it reports each shard's outage (the longest
 commit-to-publish delay), the share of keys that paused for over 1 s, and the duplicates.
 
+``--group-protocols classic,consumer`` runs each failover under both of the leader group's
+protocols (``groupProtocol``; ``consumer`` is KIP-848's, Apache Kafka 4.0+), alternating between
+them, ``--rounds`` times; ``--heartbeat-timeout`` sets the group's session (three of it).
+
 Every run verifies its output (nothing lost, per-key order); the reapers use the library's
-default limits.
+default limits unless ``--heartbeat-timeout`` is given.
 """
 
 from __future__ import annotations
@@ -97,6 +103,9 @@ class DrainRun:
 class FailoverRun:
     shards: int
     signal: str
+    group_protocol: str = "classic"
+    round: int = 1
+    load_1min: float = 0.0  # the machine's load average at the stop
     records: int = 0
     victim_shards: list[int] = field(default_factory=list)
     outage_s_by_shard: dict[int, float] = field(default_factory=dict)
@@ -196,13 +205,18 @@ class Reaper:
 
 
 def start_reapers(workdir: Path, processes: int, shards: int, bootstrap: str, url: str, table: str,
-                  kafka: dict[str, Any] | None = None, delivery: str = "at-least-once") -> list[Reaper]:
+                  kafka: dict[str, Any] | None = None, group_protocol: str = "classic",
+                  heartbeat_timeout: str | None = None, delivery: str = "at-least-once") -> list[Reaper]:
     config = workdir / f"reaper-{uuid.uuid4().hex[:6]}.yaml"
     harvest: dict[str, Any] = {"baseKafkaConfig": {"bootstrap.servers": bootstrap, **(kafka or {})},
                                "leaderGroupID": f"shardbench-{uuid.uuid4().hex[:8]}",
                                "dataSource": url, "outboxTable": table}
     if shards > 1:
         harvest["shards"] = shards
+    if group_protocol != "classic":
+        harvest["groupProtocol"] = group_protocol
+    if heartbeat_timeout:
+        harvest["limits"] = {"heartbeatTimeout": heartbeat_timeout}
     if delivery != "at-least-once":
         harvest["delivery"] = delivery
     config.write_text(yaml.safe_dump({"harvest": harvest, "logging": {"level": "Info"}}))
@@ -390,12 +404,13 @@ def published(bootstrap: str, topic: str, expect: int, timeout: float = 120) -> 
 
 
 def run_failover(args: argparse.Namespace, bootstrap: str, workdir: Path, shards: int, sig: str,
-                 delivery: str = "at-least-once") -> FailoverRun:
-    run = FailoverRun(shards, sig, delivery=delivery)
+                 group_protocol: str = "classic", rnd: int = 1, delivery: str = "at-least-once") -> FailoverRun:
+    run = FailoverRun(shards, sig, group_protocol, rnd, delivery=delivery)
     table, topic = f"sbench_{uuid.uuid4().hex[:8]}", f"sbench-{uuid.uuid4().hex[:8]}"
     create_outbox_table(args.database, table, shards=shards)
     create_topic(bootstrap, topic, TOPIC_PARTITIONS)
-    reapers = start_reapers(workdir, 3, shards, bootstrap, args.database, table, args.kafka_config, delivery)
+    reapers = start_reapers(workdir, 3, shards, bootstrap, args.database, table, args.kafka_config, group_protocol,
+                            args.heartbeat_timeout, delivery)
     writer = SteadyWriter(args.database, table, topic, args.rate, args.keys)
     engine = sa.create_engine(args.database)
     try:
@@ -404,6 +419,7 @@ def run_failover(args: argparse.Namespace, bootstrap: str, workdir: Path, shards
         time.sleep(args.warmup)
         victim = next(r for r in reapers if r.owned(shards))
         run.victim_shards = sorted(victim.owned(shards))
+        run.load_1min = round(os.getloadavg()[0], 1)
         killed_at = time.time()
         victim.stop(signal.SIGKILL if sig == "SIGKILL" else signal.SIGTERM)
         time.sleep(args.after)
@@ -484,11 +500,16 @@ def measure_outage(run: FailoverRun, writer: SteadyWriter, messages: list[tuple[
 
 def failover(args: argparse.Namespace, workdir: Path) -> list[FailoverRun]:
     runs = []
-    for sig in args.signals.split(","):
-        for shards, delivery in itertools.product(map(int, args.shards.split(",")), args.delivery.split(",")):
-            print(f"failover: {sig}, shards {shards}, {delivery}", file=sys.stderr, flush=True)
-            with broker_for_run(args) as bootstrap:
-                runs.append(run_failover(args, bootstrap, workdir, shards, sig, delivery))
+    for rnd in range(1, args.rounds + 1):
+        for sig in args.signals.split(","):
+            for shards, delivery in itertools.product(map(int, args.shards.split(",")), args.delivery.split(",")):
+                # Alternated, in reverse order every other round: each protocol sees the same load.
+                protocols = args.group_protocols.split(",")
+                for protocol in protocols if rnd % 2 else protocols[::-1]:
+                    print(f"failover: round {rnd}, {sig}, shards {shards}, {protocol} protocol, {delivery}",
+                          file=sys.stderr, flush=True)
+                    with broker_for_run(args) as bootstrap:
+                        runs.append(run_failover(args, bootstrap, workdir, shards, sig, protocol, rnd, delivery))
     return runs
 
 
@@ -527,14 +548,15 @@ def print_drain(runs: list[DrainRun]) -> None:
 
 def print_failover(runs: list[FailoverRun]) -> None:
     print("\nfailover: one of three processes stopped under a steady stream")
-    print(f"{'signal':>7} {'delivery':>13} {'shards':>6} {'victim shards':>13} {'victim outage s':>15} {'survivors max s':>15} "
-          f"{'keys paused':>11} {'p99 before ms':>13} {'reassigned s':>12} {'then s':>6}  lost/reord/dup  "
-          "outage by shard")
-    for r in runs:
-        print(f"{r.signal:>7} {r.delivery:>13} {r.shards:>6} {','.join(map(str, r.victim_shards)):>13} {r.victim_max_delay_s:>15} "
-              f"{r.survivor_max_delay_s:>15} {r.keys_paused_share:>11.0%} {r.p99_before_ms:>13} "
-              f"{_or_dash(r.reassigned_s):>12} {_or_dash(r.after_reassignment_s):>6}  "
-              f"{r.lost}/{r.reordered}/{r.duplicates}  {r.outage_s_by_shard}")
+    print(f"{'protocol':>8} {'delivery':>13} {'rnd':>3} {'signal':>7} {'shards':>6} {'victim shards':>13} "
+          f"{'victim outage s':>15} {'survivors max s':>15} {'keys paused':>11} {'p99 before ms':>13} "
+          f"{'reassigned s':>12} {'then s':>6} {'load':>5}  lost/reord/dup  outage by shard")
+    for r in sorted(runs, key=lambda r: (r.shards, r.signal, r.group_protocol, r.delivery, r.round)):
+        victims = ",".join(map(str, r.victim_shards))
+        print(f"{r.group_protocol:>8} {r.delivery:>13} {r.round:>3} {r.signal:>7} {r.shards:>6} {victims:>13} "
+              f"{r.victim_max_delay_s:>15} {r.survivor_max_delay_s:>15} {r.keys_paused_share:>11.0%} "
+              f"{r.p99_before_ms:>13} {_or_dash(r.reassigned_s):>12} {_or_dash(r.after_reassignment_s):>6} "
+              f"{r.load_1min:>5}  {r.lost}/{r.reordered}/{r.duplicates}  {r.outage_s_by_shard}")
     print("reassigned: from the stop until the group gave the stopped process's shards to survivors (the "
           "broker's detection and rebalance); then: the longest a record of those shards waited after that")
     _print_hidden([(f"{r.signal}, shards {r.shards}", r.hidden) for r in runs])
@@ -561,7 +583,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drain-keys", type=_counts, default=(1_000, 100_000),
                    help="drain backlogs' distinct keys, each its own runs (default 1000,100000: 200 records a "
                         "key, and 2); a shard has at most one record of a key in flight")
-    p.add_argument("--rounds", type=int, default=1, help="drain rounds, interleaved")
+    p.add_argument("--rounds", type=int, default=1, help="drain rounds, interleaved; failover rounds")
+    p.add_argument("--group-protocols", default="classic",
+                   help="failover: the leader group's protocols, alternated (classic, consumer: KIP-848)")
+    p.add_argument("--heartbeat-timeout", default=None,
+                   help="the reapers' limits.heartbeatTimeout (e.g. 2s: a 6 s group session); default the library's")
     p.add_argument("--latency-ms", type=float, default=1.0, help="added database round trip (0: none)")
     p.add_argument("--rate", type=int, default=2_000, help="failover stream, records/s")
     p.add_argument("--warmup", type=float, default=5.0)

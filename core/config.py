@@ -34,6 +34,7 @@ from pyharvest.core.config_mapping import (
 )
 from pyharvest.core.durations import format_duration
 from pyharvest.core.errors import ConfigError
+from pyharvest.core.group_protocol import GROUP_PROTOCOLS
 from pyharvest.core.masking import mask_data_source, mask_kafka_config
 
 __all__ = [
@@ -263,6 +264,9 @@ class Config:
     #: How many shards the outbox is harvested in: each is led by one process of the group at
     #: a time, so up to this many processes publish at once. 1 is goharvest's single leader.
     shards: int = 1
+    #: The leader group's Kafka group protocol: ``classic``, or ``consumer`` (KIP-848; Apache
+    #: Kafka 4.0+). See :mod:`pyharvest.core.group_protocol`.
+    group_protocol: str = "classic"
     #: ``at-least-once`` (goharvest's; a leader that dies between Kafka's ack and the purge
     #: leaves its records to be published again) or ``exactly-once``: each batch is published
     #: in a Kafka transaction with a progress record (see docs/algorithm.md), so that
@@ -324,6 +328,10 @@ class Config:
             raise ConfigError("binding", f"expected the name of a dialect plugin, got {c.binding!r}")
         if isinstance(c.shards, bool) or not isinstance(c.shards, int) or not 1 <= c.shards <= MAX_SHARDS:
             raise ConfigError("shards", f"expected a whole number from 1 to {MAX_SHARDS}, got {c.shards!r}")
+        if c.group_protocol not in GROUP_PROTOCOLS:
+            raise ConfigError(
+                "groupProtocol", f"expected one of {', '.join(GROUP_PROTOCOLS)}, got {c.group_protocol!r}"
+            )
         return c
 
     @classmethod

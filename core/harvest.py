@@ -205,20 +205,17 @@ class HarvestEngine(Lifecycle):
                 check_transactions(self._kafka, cfg)
             self._publisher.use_binding(self._binding)
         limits = cfg.limits
-        self._neli = (
-            self._leadership_source(self._on_leader_status)
-            if self._leadership_source
-            else Neli(
-                self._kafka,
-                cfg.base_kafka_config,
-                cfg.leader_topic,
-                cfg.leader_group_id,
-                cfg.name,
-                heartbeat_timeout=limits.heartbeat_timeout,  # type: ignore[arg-type]
-                min_poll_interval=limits.min_poll_interval,  # type: ignore[arg-type]
-                poll_duration=limits.poll_duration,  # type: ignore[arg-type]
-                on_status=self._on_leader_status,
-            )
+        self._neli = self._leadership_source(self._on_leader_status) if self._leadership_source else Neli(
+            self._kafka,
+            cfg.base_kafka_config,
+            cfg.leader_topic,
+            cfg.leader_group_id,
+            cfg.name,
+            heartbeat_timeout=limits.heartbeat_timeout,  # type: ignore[arg-type]
+            min_poll_interval=limits.min_poll_interval,  # type: ignore[arg-type]
+            poll_duration=limits.poll_duration,  # type: ignore[arg-type]
+            on_status=self._on_leader_status,
+            group_protocol=cfg.group_protocol,
         )
         self._neli.start()
 

@@ -11,12 +11,16 @@ that arrives later while the member still owns it restores it.
 leadership as its engine sees it. A sharded harvester (:mod:`~pyharvest.core.sharded`) pulses
 the group on a thread of its own; the single leader (:class:`Neli`) is the one-shard group,
 pulsed on its engine's main loop. With more than one shard the group assigns incrementally
-(cooperative-sticky), so a member joining or leaving moves only the shards that change owner.
+(cooperative-sticky under the classic group protocol; the broker's assignor under KIP-848's
+consumer protocol, :mod:`~pyharvest.core.group_protocol`), so a member joining or leaving moves
+only the shards that change owner.
 
 Why order holds across a move: a revocation is served inside the group's poll, and
 :meth:`ShardLease.lose` steps the engine down and waits for its in-flight records before
 returning, so the next owner is not assigned the partition until nothing of this one's is in
-the air. The next owner then leads under a new leader id and remarks, as after any leader
+the air (classic: the member rejoins only after its callback; consumer protocol: the broker
+assigns a revoked partition only once the member's next heartbeat, sent after the callback,
+no longer lists it). The next owner then leads under a new leader id and remarks, as after any leader
 change. Acquisitions reach the engine on its own thread, at its next pulse.
 """
 
@@ -30,6 +34,15 @@ from enum import Enum
 from typing import Protocol, runtime_checkable
 
 from pyharvest.core.errors import TopicError
+from pyharvest.core.group_protocol import (
+    CLASSIC,
+    CLIENT_SESSION_SETTINGS,
+    CONSUMER,
+    GROUP_PROTOCOLS,
+    GroupSessions,
+    choose_session,
+    wanted_session,
+)
 from pyharvest.core.kafka import DeliveryError, KafkaClients, KafkaConfigMap, LeaderConsumer, Producer
 
 __all__ = [
@@ -54,7 +67,7 @@ class LeaderStatus(Enum):
 
 
 def leader_client_configs(
-    config: KafkaConfigMap, group_id: str, heartbeat_timeout: float
+    config: KafkaConfigMap, group_id: str, heartbeat_timeout: float, group_protocol: str = CLASSIC
 ) -> tuple[dict[str, object], dict[str, object]]:
     """The leader group's consumer configuration, and its heartbeat producer's.
 
@@ -64,19 +77,20 @@ def leader_client_configs(
     coordinator (``heartbeat.interval.ms``: librdkafka's 3 s would add up to 3 s to every
     handover, so it is a fifteenth of the session, 1 s by default; a value in the Kafka
     configuration wins).
+
+    Under the ``consumer`` protocol the broker holds the session and the heartbeat interval
+    (the group's own configuration, set by :class:`ShardGroup` at start) and assigns, so the
+    client settings librdkafka refuses there are left out, the Kafka configuration's included.
     """
-    hb_ms = max(1, int(heartbeat_timeout * 1000))
-    session_ms = hb_ms * 3
-    consumer = {
-        "heartbeat.interval.ms": max(1, session_ms // 15),
-        **config,
-        "group.id": group_id,
-        "enable.auto.commit": False,
+    session = wanted_session(heartbeat_timeout)
+    if group_protocol == CONSUMER:
+        base = {k: v for k, v in config.items() if k not in CLIENT_SESSION_SETTINGS}
+        consumer: dict[str, object] = {**base, "group.protocol": CONSUMER}
+    else:
         # The group must not expire a live member before the member fences itself.
-        "session.timeout.ms": session_ms,
-        "auto.offset.reset": "latest",
-    }
-    return consumer, {**config, "linger.ms": 0, "delivery.timeout.ms": hb_ms}
+        consumer = {"heartbeat.interval.ms": session.heartbeat_ms, **config, "session.timeout.ms": session.session_ms}
+    consumer.update({"group.id": group_id, "enable.auto.commit": False, "auto.offset.reset": "latest"})
+    return consumer, {**config, "linger.ms": 0, "delivery.timeout.ms": session.heartbeat_timeout_ms}
 
 
 class Heartbeats:
@@ -133,20 +147,21 @@ REBALANCE_TIMEOUT_MS = 30_000
 
 
 def shard_client_configs(
-    config: KafkaConfigMap, group_id: str, heartbeat_timeout: float
+    config: KafkaConfigMap, group_id: str, heartbeat_timeout: float, group_protocol: str = CLASSIC
 ) -> tuple[dict[str, object], dict[str, object]]:
     """The sharded leader group's consumer configuration, and its heartbeat producer's: those
     of :func:`~pyharvest.core.neli.leader_client_configs`, with incremental rebalancing."""
-    consumer, producer = leader_client_configs(config, group_id, heartbeat_timeout)
-    consumer.update({
-        # Incremental: a member joining or leaving moves only the shards that change owner.
-        "partition.assignment.strategy": "cooperative-sticky",
-        # Also the rebalance timeout: how long a rebalance waits for a member that does not
-        # rejoin. librdkafka's 5 minutes left shards unowned that long after members left
-        # mid-rebalance (seen on the embedded broker); the group thread polls every
-        # minPollInterval, and a revocation waits at most for the in-flight records.
-        "max.poll.interval.ms": max(int(consumer["session.timeout.ms"]), REBALANCE_TIMEOUT_MS),  # type: ignore[call-overload]
-    })
+    consumer, producer = leader_client_configs(config, group_id, heartbeat_timeout, group_protocol)
+    if group_protocol == CLASSIC:
+        # Incremental: a member joining or leaving moves only the shards that change owner (the
+        # consumer protocol's broker-side assignors always are).
+        consumer["partition.assignment.strategy"] = "cooperative-sticky"
+    # Also the rebalance timeout: how long a rebalance waits for a member that does not
+    # rejoin (or, under the consumer protocol, revoke). librdkafka's 5 minutes left shards
+    # unowned that long after members left mid-rebalance (seen on the embedded broker); the
+    # group thread polls every minPollInterval, and a revocation waits at most for the
+    # in-flight records.
+    consumer["max.poll.interval.ms"] = max(wanted_session(heartbeat_timeout).session_ms, REBALANCE_TIMEOUT_MS)
     return consumer, producer
 
 
@@ -240,7 +255,11 @@ class ShardGroup:
         poll_duration: float,
         on_assigned: Callable[[int], None] = lambda shard: None,
         clock: Callable[[], float] = time.monotonic,
+        group_protocol: str = CLASSIC,
     ) -> None:
+        if group_protocol not in GROUP_PROTOCOLS:
+            raise ValueError(f"group_protocol must be one of {', '.join(GROUP_PROTOCOLS)}, got {group_protocol!r}")
+        self.group_protocol = group_protocol
         self._clients = clients
         self._kafka_config = dict(kafka_config)
         self.leader_topic = leader_topic
@@ -296,11 +315,14 @@ class ShardGroup:
                 )
                 + "; see 'Changing the number of shards' in the docs"
             )
-        # One shard keeps the eager protocol every single-leader reaper has used, so that old and
-        # new members can share a group through a rolling upgrade (a group refuses a member whose
-        # assignment protocol differs); with one partition there is nothing to move incrementally.
+        if self.group_protocol == CONSUMER:
+            self._configure_consumer_group()
+        # Under the classic protocol one shard keeps the eager assignor every single-leader reaper
+        # has used, so that old and new members can share a group through a rolling upgrade (a
+        # group refuses a member whose assignment protocol differs); with one partition there is
+        # nothing to move incrementally. The consumer protocol's broker always assigns incrementally.
         configs = leader_client_configs if self.shards == 1 else shard_client_configs
-        consumer_cfg, producer_cfg = configs(cfg, self.group_id, self._heartbeat_timeout)
+        consumer_cfg, producer_cfg = configs(cfg, self.group_id, self._heartbeat_timeout, self.group_protocol)
         consumer = self._clients.leader_consumer(consumer_cfg)
         if self.shards > 1 and not hasattr(consumer, "poll_partitions"):
             consumer.close()
@@ -312,8 +334,40 @@ class ShardGroup:
         except BaseException:
             self.close()
             raise
-        log.info("joined leader group %r on topic %r (%d shards) as %s", self.group_id, self.leader_topic,
-                 self.shards, self.name)
+        log.info("joined leader group %r on topic %r (%d shards, %s protocol) as %s", self.group_id,
+                 self.leader_topic, self.shards, self.group_protocol, self.name)
+
+    def _configure_consumer_group(self) -> None:
+        """Under the consumer protocol the broker holds the session: give the group the one
+        ``heartbeatTimeout`` asks for, within the broker's bounds, or say at start what applies."""
+        cfg = self._kafka_config
+        ignored = sorted(k for k in CLIENT_SESSION_SETTINGS if k in cfg)
+        if ignored:
+            log.warning("groupProtocol consumer: %s in the Kafka configuration not sent to the leader consumer "
+                        "(the broker holds the group's session and assigns); heartbeatTimeout sets the session",
+                        ", ".join(ignored))
+        if not isinstance(self._clients, GroupSessions):
+            log.warning("groupProtocol consumer: the Kafka client cannot set the group's session; the broker's "
+                        "group.consumer.session.timeout.ms applies (45 s by default)")
+            return
+        self._clients.check_consumer_protocol(cfg)
+        bounds = self._clients.session_bounds(cfg)
+        session, note = choose_session(self._heartbeat_timeout, bounds)
+        if note:
+            log.warning("groupProtocol consumer: %s", note)
+        try:
+            self._clients.set_group_session(cfg, self.group_id, session)
+        except TopicError as e:
+            shown = "unknown" if bounds is None else f"{bounds.default_session_ms / 1000:g}s"
+            if bounds is not None and bounds.default_session_ms < session.heartbeat_timeout_ms:
+                raise TopicError(f"{e}; the broker's default session ({shown}) is shorter than heartbeatTimeout: "
+                                 "the group could hand a shard over while its leader still publishes") from None
+            log.warning("groupProtocol consumer: %s; the group keeps the broker's session "
+                        "(group.consumer.session.timeout.ms: %s), so a process that dies without leaving has its "
+                        "shards taken over after that long", e, shown)
+            return
+        log.info("leader group %r: session %gs, heartbeats every %gs (group configuration)", self.group_id,
+                 session.session_ms / 1000, session.heartbeat_ms / 1000)
 
     def pulse(self) -> None:
         """Poll the group (serving rebalances), note which shards' heartbeats came back, fence
@@ -406,11 +460,12 @@ class Neli:
         poll_duration: float,
         on_status: StatusHandler,
         clock: Callable[[], float] = time.monotonic,
+        group_protocol: str = CLASSIC,
     ) -> None:
         self._group = ShardGroup(
             clients, kafka_config, leader_topic, group_id, name, 1,
             heartbeat_timeout=heartbeat_timeout, min_poll_interval=min_poll_interval,
-            poll_duration=poll_duration, clock=clock,
+            poll_duration=poll_duration, clock=clock, group_protocol=group_protocol,
         )
         self._lease = self._group.leases[0].bind(on_status)
 

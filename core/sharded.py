@@ -115,6 +115,7 @@ class ShardedHarvestEngine(Lifecycle):
             min_poll_interval=limits.min_poll_interval,  # type: ignore[arg-type]
             poll_duration=limits.poll_duration,  # type: ignore[arg-type]
             on_assigned=self._ensure_engine,
+            group_protocol=cfg.group_protocol,
         )
         self._group.start()
 

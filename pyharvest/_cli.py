@@ -124,7 +124,8 @@ def check_harvest_config(cfg: HarvestConfig) -> None:
     parse_table_name(cfg.outbox_table)
     load_driver(*resolve(cfg.data_source, cfg.binding))  # as the run does: a missing driver fails here
     consumer, heartbeats = leader_client_configs(
-        cfg.base_kafka_config, cfg.leader_group_id, cfg.limits.heartbeat_timeout  # type: ignore[arg-type]
+        cfg.base_kafka_config, cfg.leader_group_id, cfg.limits.heartbeat_timeout,  # type: ignore[arg-type]
+        cfg.group_protocol,
     )
     try:
         check_properties("producer", producer_config(cfg))

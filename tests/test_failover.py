@@ -57,7 +57,9 @@ class Reaper:
             self._log.close()
 
 
-def test_leader_stopped_then_killed_mid_stream(tmp_path, kafka_bootstrap, database_url, table_name, topic_name):
+def test_leader_stopped_then_killed_mid_stream(
+    tmp_path, kafka_bootstrap, database_url, table_name, topic_name, group_protocol
+):
     create_outbox_table(database_url, table_name)
     create_topic(kafka_bootstrap, topic_name, partitions=4)
     group = f"failover-{uuid.uuid4().hex[:8]}"
@@ -67,6 +69,7 @@ def test_leader_stopped_then_killed_mid_stream(tmp_path, kafka_bootstrap, databa
             "leaderGroupID": group,
             "dataSource": database_url,
             "outboxTable": table_name,
+            "groupProtocol": group_protocol,
             "limits": {"heartbeatTimeout": "2s", "minPollInterval": "50ms", "maxInFlightRecords": 200},
         },
         "logging": {"level": "Info"},

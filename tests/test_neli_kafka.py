@@ -18,11 +18,12 @@ from tests.waiting import wait_until
 pytestmark = pytest.mark.kafka
 
 
-def harvester(kafka_config, group: str, db: FakeBinding, events: list) -> HarvestEngine:
+def harvester(kafka_config, group: str, db: FakeBinding, events: list, group_protocol: str = "classic") -> HarvestEngine:
     cfg = Config(
         base_kafka_config=dict(kafka_config),
         leader_group_id=group,
         data_source="fake://",
+        group_protocol=group_protocol,
         limits=Limits(heartbeat_timeout=2.0, min_poll_interval=0.05, mark_backoff=0.01, shutdown_timeout=5.0),
     )
     h = HarvestEngine(cfg, binding=db, kafka=ConfluentClients())
@@ -30,13 +31,13 @@ def harvester(kafka_config, group: str, db: FakeBinding, events: list) -> Harves
     return h
 
 
-def test_exactly_one_leader_and_takeover_on_graceful_stop(kafka_config):
+def test_exactly_one_leader_and_takeover_on_graceful_stop(kafka_config, group_protocol):
     group = f"neli-{uuid.uuid4().hex[:8]}"
     db = FakeBinding()
     e1: list = []
     e2: list = []
-    h1 = harvester(kafka_config, group, db, e1)
-    h2 = harvester(kafka_config, group, db, e2)
+    h1 = harvester(kafka_config, group, db, e1, group_protocol)
+    h2 = harvester(kafka_config, group, db, e2, group_protocol)
     h1.start()
     try:
         wait_until(lambda: h1.is_leader)

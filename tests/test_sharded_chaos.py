@@ -50,12 +50,12 @@ def live_databases(dialect: str) -> None:
         pytest.skip("sharded chaos runs on PostgreSQL and MariaDB")
 
 
-def write_config(tmp_path, bootstrap: str, url: str, table: str, **harvest) -> object:
+def write_config(tmp_path, bootstrap: str, url: str, table: str, group_protocol: str = "classic", **harvest) -> object:
     path = tmp_path / "reaper.yaml"
     path.write_text(yaml.safe_dump({
         "harvest": {
             "baseKafkaConfig": {"bootstrap.servers": bootstrap, **({"debug": os.environ["PYHARVEST_CHAOS_DEBUG"]} if os.environ.get("PYHARVEST_CHAOS_DEBUG") else {})}, "leaderGroupID": f"chaos-{uuid.uuid4().hex[:8]}",
-            "dataSource": url, "outboxTable": table, "shards": SHARDS,
+            "dataSource": url, "outboxTable": table, "shards": SHARDS, "groupProtocol": group_protocol,
             "limits": {"heartbeatTimeout": "2s", "minPollInterval": "50ms", "maxInFlightRecords": 500,
                        "shutdownTimeout": "3s"},
             **harvest,
@@ -103,11 +103,13 @@ def stop_all(reapers: list[Reaper]) -> None:
             r.wait(5)
 
 
-def test_a_killed_process_stalls_only_its_own_shards(dialect, database_url, table_name, topic_name, kafka_bootstrap, tmp_path):
+def test_a_killed_process_stalls_only_its_own_shards(
+    dialect, database_url, table_name, topic_name, kafka_bootstrap, tmp_path, group_protocol
+):
     live_databases(dialect)
     create_outbox_table(database_url, table_name, shards=SHARDS)
     create_topic(kafka_bootstrap, topic_name, partitions=4)
-    cfg = write_config(tmp_path, kafka_bootstrap, database_url, table_name)
+    cfg = write_config(tmp_path, kafka_bootstrap, database_url, table_name, group_protocol)
     reapers = [Reaper(cfg, tmp_path / f"reaper-{n}.log") for n in range(3)]
     writer = Writer(database_url, table_name, topic_name, keys=120, batch=30, pause=0.02).start()
     try:
@@ -149,7 +151,9 @@ def test_a_killed_process_stalls_only_its_own_shards(dialect, database_url, tabl
         assert any(at > killed_at for at, _ in times[shard]), f"shard {shard} never resumed after the kill"
 
 
-def test_random_kills_lose_and_reorder_nothing(dialect, database_url, table_name, topic_name, kafka_bootstrap, tmp_path):
+def test_random_kills_lose_and_reorder_nothing(
+    dialect, database_url, table_name, topic_name, kafka_bootstrap, tmp_path, group_protocol
+):
     live_databases(dialect)
     seed = int(os.environ.get("PYHARVEST_SOAK_SEED", random.randrange(1 << 30)))
     rnd = random.Random(seed)
@@ -157,7 +161,7 @@ def test_random_kills_lose_and_reorder_nothing(dialect, database_url, table_name
     seconds = min(float(os.environ.get("PYHARVEST_SOAK_SECONDS", 20)), 60.0)
     create_outbox_table(database_url, table_name, shards=SHARDS)
     create_topic(kafka_bootstrap, topic_name, partitions=4)
-    cfg = write_config(tmp_path, kafka_bootstrap, database_url, table_name)
+    cfg = write_config(tmp_path, kafka_bootstrap, database_url, table_name, group_protocol)
     spawned = 0
 
     def spawn() -> Reaper:

@@ -21,26 +21,27 @@ pytestmark = pytest.mark.kafka
 SHARDS = 4
 
 
-def sharded_config(kafka_config, url: str, table: str, group: str) -> Config:
+def sharded_config(kafka_config, url: str, table: str, group: str, group_protocol: str = "classic") -> Config:
     return Config(
         base_kafka_config=dict(kafka_config),
         leader_group_id=group,
         data_source=url,
         outbox_table=table,
         shards=SHARDS,
+        group_protocol=group_protocol,
         limits=Limits(heartbeat_timeout=2.0, min_poll_interval=0.05),
     )
 
 
 def test_two_harvesters_share_the_shards_and_one_takes_over(
-    kafka_config, kafka_bootstrap, database_url, table_name, topic_name
+    kafka_config, kafka_bootstrap, database_url, table_name, topic_name, group_protocol
 ) -> None:
     create_outbox_table(database_url, table_name, shards=SHARDS)
     create_topic(kafka_bootstrap, topic_name, partitions=4)
     group = f"sharded-{uuid.uuid4().hex[:8]}"
     events: list[tuple[str, object]] = []
-    first = Harvest(sharded_config(kafka_config, database_url, table_name, group))
-    second = Harvest(sharded_config(kafka_config, database_url, table_name, group))
+    first = Harvest(sharded_config(kafka_config, database_url, table_name, group, group_protocol))
+    second = Harvest(sharded_config(kafka_config, database_url, table_name, group, group_protocol))
     first.set_event_handler(lambda e: events.append(("first", e)))
     second.set_event_handler(lambda e: events.append(("second", e)))
     first.start()

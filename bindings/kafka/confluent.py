@@ -12,10 +12,19 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 # NewTopic's documented import path; confluent_kafka.admin re-exports it without listing it in an __all__.
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
+from pyharvest.bindings.kafka.api_versions import CONSUMER_GROUP_HEARTBEAT, broker_api_keys
 from pyharvest.bindings.kafka.logs import librdkafka_logger
 from pyharvest.core.errors import KafkaPropertyError
+from pyharvest.core.group_protocol import GroupSession, SessionBounds
 from pyharvest.core.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap, ProduceError, TopicError
 
 __all__ = ["ConfluentClients", "ConfluentLeaderConsumer", "ConfluentProducer", "delivery_error"]
@@ -138,19 +147,22 @@ class ConfluentProducer:
 
 
 class ConfluentLeaderConsumer:
-    def __init__(self, config: KafkaConfigMap) -> None:
+    def __init__(self, config: KafkaConfigMap, heartbeat_timeout_ms: int | None = None) -> None:
         cfg = _client_config(config)
-        # librdkafka's statistics say whether any broker connection is up: the readiness signal.
+        # librdkafka's statistics say whether any broker connection is up: the readiness signal
+        # (the consumer protocol's statistics list the brokers alike).
         cfg.setdefault("statistics.interval.ms", 1000)
         cfg["stats_cb"] = self._on_stats
         cfg["error_cb"] = self._on_error
         self.connected: bool | None = None
         # A connection that is up but has not answered a waiting request for this long counts
         # as down: a frozen or overloaded broker keeps its sockets open, and librdkafka only
-        # times the requests out after socket.timeout.ms (60 s). The group's session timeout
-        # is three heartbeat timeouts, so this is the heartbeat timeout that fences a leader.
-        session_ms = int(cfg.get("session.timeout.ms", 45_000))  # type: ignore[call-overload]
-        self._answer_within_us = max(1_000_000, session_ms * 1000 // 3)
+        # times the requests out after socket.timeout.ms (60 s). This is the heartbeat timeout
+        # that fences a leader: given under the consumer protocol, else a third of the classic
+        # group's session (three heartbeat timeouts).
+        if heartbeat_timeout_ms is None:
+            heartbeat_timeout_ms = int(cfg.get("session.timeout.ms", 45_000)) // 3  # type: ignore[call-overload]
+        self._answer_within_us = max(1_000_000, heartbeat_timeout_ms * 1000)
         try:
             self._consumer = Consumer(cfg)
         except KafkaException as e:
@@ -227,13 +239,68 @@ def _admin(config: KafkaConfigMap) -> AdminClient:
 
 
 class ConfluentClients:
-    """The default :class:`~pyharvest.core.kafka.KafkaClients`."""
+    """The default :class:`~pyharvest.core.kafka.KafkaClients`, and the
+    :class:`~pyharvest.core.group_protocol.GroupSessions` of the consumer group protocol."""
+
+    def __init__(self) -> None:
+        # The heartbeat timeout of each consumer-protocol group whose session was set: its leader
+        # consumer has no session.timeout.ms to read it from.
+        self._heartbeat_timeouts: dict[str, int] = {}
 
     def producer(self, config: KafkaConfigMap) -> ConfluentProducer:
         return ConfluentProducer(config)
 
     def leader_consumer(self, config: KafkaConfigMap) -> ConfluentLeaderConsumer:
-        return ConfluentLeaderConsumer(config)
+        return ConfluentLeaderConsumer(config, self._heartbeat_timeouts.get(str(config.get("group.id"))))
+
+    def check_consumer_protocol(self, config: KafkaConfigMap) -> None:
+        servers, security = str(config.get("bootstrap.servers", "")), str(config.get("security.protocol", "plaintext"))
+        keys = broker_api_keys(servers, security)
+        if keys is not None and CONSUMER_GROUP_HEARTBEAT not in keys:
+            raise TopicError(
+                f"groupProtocol is consumer, but the broker at {config.get('bootstrap.servers')!r} does not speak "
+                "Kafka's consumer group protocol (KIP-848: no ConsumerGroupHeartbeat API). It needs Apache Kafka 4.0 "
+                "or newer; the embedded broker (Tansu) and older brokers speak only the classic protocol: set "
+                "groupProtocol: classic"
+            )
+
+    def session_bounds(self, config: KafkaConfigMap, timeout: float = 10.0) -> SessionBounds | None:
+        admin = _admin(config)
+        try:
+            brokers = list(admin.list_topics(timeout=timeout).brokers)
+            resource = ConfigResource(ResourceType.BROKER, str(brokers[0]))
+            found = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout)
+        except Exception as e:  # noqa: BLE001 - no permission, an old broker: the bounds stay unknown
+            log.info("cannot read the broker's bounds on a consumer group's session: %s", e)
+            return None
+
+        def ms(name: str, default: int) -> int:
+            entry = found.get(f"group.consumer.{name}")
+            return int(entry.value) if entry is not None and entry.value is not None else default
+
+        d = SessionBounds()
+        return SessionBounds(
+            ms("min.session.timeout.ms", d.min_session_ms), ms("max.session.timeout.ms", d.max_session_ms),
+            ms("min.heartbeat.interval.ms", d.min_heartbeat_ms), ms("max.heartbeat.interval.ms", d.max_heartbeat_ms),
+            ms("session.timeout.ms", d.default_session_ms), ms("heartbeat.interval.ms", d.default_heartbeat_ms),
+        )
+
+    def set_group_session(
+        self, config: KafkaConfigMap, group_id: str, session: GroupSession, timeout: float = 10.0
+    ) -> None:
+        self._heartbeat_timeouts[group_id] = session.heartbeat_timeout_ms
+        resource = ConfigResource(ResourceType.GROUP, group_id, incremental_configs=[
+            ConfigEntry(name, str(value), incremental_operation=AlterConfigOpType.SET)
+            for name, value in (("consumer.session.timeout.ms", session.session_ms),
+                                ("consumer.heartbeat.interval.ms", session.heartbeat_ms))
+        ])
+        admin = _admin(config)  # kept until the answer: a client destroyed first fails its requests
+        try:
+            admin.incremental_alter_configs([resource], request_timeout=timeout)[resource].result(timeout)
+        except KafkaException as e:
+            raise TopicError(f"cannot set the session of group {group_id!r}: {e.args[0].str()}") from None
+        except Exception as e:  # noqa: BLE001 - e.g. a timeout from the future
+            raise TopicError(f"cannot set the session of group {group_id!r} within {timeout:g}s: {e}") from None
 
     def topic_partitions(self, config: KafkaConfigMap, topic: str, timeout: float = 10.0) -> int:
         """How many partitions ``topic`` has (0 when it does not exist)."""

@@ -1,0 +1,216 @@
+"""``groupProtocol``: the leader group on Kafka's classic group protocol or KIP-848's consumer
+protocol. Configuration, the client settings each protocol gets, the group session that keeps
+``heartbeatTimeout``'s meaning within the broker's bounds, and the group's start (fake clients)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from pyharvest.core import Config
+from pyharvest.core.config import ReaperConfig
+from pyharvest.core.errors import ConfigError, TopicError
+from pyharvest.core.group_protocol import GroupSession, SessionBounds, choose_session, wanted_session
+from pyharvest.core.neli import ShardGroup, leader_client_configs, shard_client_configs
+from pyharvest.envconfig import apply_env_overrides
+from tests.test_shard_group import Clients
+from tests.waiting import wait_until
+
+
+def test_classic_is_the_default_and_consumer_is_chosen_in_yaml_or_the_environment() -> None:
+    assert Config().resolve().group_protocol == "classic"
+    loaded = ReaperConfig.from_yaml("harvest:\n  groupProtocol: consumer\n").harvest.resolve()
+    assert loaded.group_protocol == "consumer"
+    data = apply_env_overrides({"harvest": {}}, {"PYHARVEST_HARVEST__GROUP_PROTOCOL": "consumer"})
+    assert ReaperConfig.from_mapping(data).harvest.resolve().group_protocol == "consumer"
+    assert Config(group_protocol="consumer").to_mapping()["groupProtocol"] == "consumer"
+
+
+def test_an_unknown_protocol_is_refused_naming_the_choices() -> None:
+    with pytest.raises(ConfigError, match=r"groupProtocol.*classic, consumer.*'cooperative'"):
+        Config(group_protocol="cooperative").resolve()
+
+
+def test_under_consumer_the_settings_the_broker_owns_are_not_sent() -> None:
+    base = {
+        "bootstrap.servers": "k:9092",
+        "session.timeout.ms": 9000,
+        "heartbeat.interval.ms": 100,
+        "partition.assignment.strategy": "range",
+    }
+    consumer, producer = shard_client_configs(base, "g", 2.0, "consumer")
+    assert consumer["group.protocol"] == "consumer" and consumer["group.id"] == "g"
+    assert not {"session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"} & set(consumer)
+    assert producer["delivery.timeout.ms"] == 2000  # a heartbeat is worth nothing after the deadline
+    single, _ = leader_client_configs(base, "g", 2.0, "consumer")
+    assert "session.timeout.ms" not in single and single["group.protocol"] == "consumer"
+    classic, _ = shard_client_configs({"bootstrap.servers": "k:9092"}, "g", 2.0)
+    assert "group.protocol" not in classic and classic["session.timeout.ms"] == 6000
+    assert classic["partition.assignment.strategy"] == "cooperative-sticky"
+
+
+def test_the_group_session_is_what_heartbeat_timeout_asks_within_the_brokers_bounds() -> None:
+    lowered = SessionBounds(min_session_ms=1000, min_heartbeat_ms=500)
+    assert choose_session(2.0, lowered) == (GroupSession(6000, 500, 2000), None)  # interval raised to the minimum
+    assert choose_session(2.0, lowered)[0] != wanted_session(2.0)
+    assert choose_session(5.0, lowered) == (GroupSession(15_000, 1000, 5000), None)
+    assert choose_session(5.0, None) == (wanted_session(5.0), None)  # bounds unknown: as asked
+    # Apache Kafka's defaults: a longer session than asked is only slower, and said so at start.
+    session, note = choose_session(5.0, SessionBounds())
+    assert session == GroupSession(45_000, 5000, 5000)
+    assert note is not None and "taken over after up to 45s" in note and "group.consumer.min" in note
+
+
+def test_a_session_shorter_than_the_fencing_deadline_is_refused() -> None:
+    with pytest.raises(TopicError, match="still publishes"):
+        choose_session(30.0, SessionBounds(max_session_ms=20_000))
+
+
+class SessionClients(Clients):
+    """Fake clients that also set a consumer-protocol group's session."""
+
+    def __init__(self, bounds: SessionBounds | None, speaks: bool = True, refuse: str = "") -> None:
+        super().__init__(4)
+        self.bounds, self.speaks, self.refuse = bounds, speaks, refuse
+        self.sessions: list[tuple[str, GroupSession]] = []
+
+    def check_consumer_protocol(self, config) -> None:
+        if not self.speaks:
+            raise TopicError("does not speak Kafka's consumer group protocol")
+
+    def session_bounds(self, config) -> SessionBounds | None:
+        return self.bounds
+
+    def set_group_session(self, config, group_id: str, session: GroupSession) -> None:
+        if self.refuse:
+            raise TopicError(self.refuse)
+        self.sessions.append((group_id, session))
+
+
+def group_of(clients: Clients, config: dict[str, object] | None = None) -> ShardGroup:
+    return ShardGroup(
+        clients,
+        config or {},
+        "app.neli",
+        "app",
+        "me",
+        4,
+        heartbeat_timeout=2.0,
+        min_poll_interval=0.01,
+        poll_duration=0.0,
+        group_protocol="consumer",
+    )
+
+
+def test_a_consumer_group_gets_its_session_before_it_joins(caplog: pytest.LogCaptureFixture) -> None:
+    clients = SessionClients(SessionBounds(min_session_ms=1000, min_heartbeat_ms=500))
+    with caplog.at_level(logging.WARNING, "pyharvest.neli"):
+        group_of(clients, {"session.timeout.ms": 1}).start()
+    assert clients.sessions == [("app", GroupSession(6000, 500, 2000))]
+    assert clients.consumer.config["group.protocol"] == "consumer"
+    assert "session.timeout.ms" not in clients.consumer.config
+    assert "session.timeout.ms in the Kafka configuration not sent" in caplog.text
+
+
+def test_a_broker_without_the_protocol_fails_the_start() -> None:
+    clients = SessionClients(None, speaks=False)
+    with pytest.raises(TopicError, match="consumer group protocol"):
+        group_of(clients).start()
+    assert clients.consumer.on_assign is None  # never joined
+
+
+def test_a_refused_session_is_said_at_start_and_the_brokers_applies(caplog: pytest.LogCaptureFixture) -> None:
+    clients = SessionClients(SessionBounds(), refuse="cannot set the session of group 'app': not authorised")
+    with caplog.at_level(logging.WARNING, "pyharvest.neli"):
+        group_of(clients).start()
+    assert "the broker allows sessions of 45-60s" in caplog.text
+    assert "not authorised; the group keeps the broker's session (group.consumer.session.timeout.ms: 45s)" in (
+        caplog.text
+    )
+    assert clients.consumer.on_assign is not None  # joined, on the broker's session
+
+
+def test_a_refused_session_is_fatal_when_the_brokers_would_expire_a_live_leader() -> None:
+    clients = SessionClients(SessionBounds(min_session_ms=1000, default_session_ms=1500), refuse="refused")
+    with pytest.raises(TopicError, match="shorter than heartbeatTimeout"):
+        group_of(clients).start()
+
+
+# -- against brokers ----------------------------------------------------------------------
+
+
+@pytest.mark.kafka
+def test_the_embedded_broker_refuses_the_consumer_protocol_at_start_clearly(embedded_bootstrap: str) -> None:
+    from pyharvest.bindings.kafka.confluent import ConfluentClients
+
+    group = ShardGroup(
+        ConfluentClients(),
+        {"bootstrap.servers": embedded_bootstrap},
+        "emb.neli",
+        "emb",
+        "me",
+        2,
+        heartbeat_timeout=2.0,
+        min_poll_interval=0.05,
+        poll_duration=0.0,
+        group_protocol="consumer",
+    )
+    with pytest.raises(TopicError, match=r"does not speak Kafka's consumer group protocol.*groupProtocol: classic"):
+        group.start()
+
+
+@pytest.mark.kafka
+def test_a_consumer_group_on_apache_kafka_gets_the_session_heartbeat_timeout_asks(
+    kafka_config: dict[str, object],
+) -> None:
+    import uuid
+
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    from pyharvest.bindings.kafka.confluent import ConfluentClients
+    from tests.fixtures.kafka import on_embedded_broker
+
+    if on_embedded_broker():
+        pytest.skip("the embedded broker speaks only the classic group protocol")
+    clients, name = ConfluentClients(), f"gp-{uuid.uuid4().hex[:8]}"
+    group = ShardGroup(
+        clients,
+        kafka_config,
+        f"{name}.neli",
+        name,
+        "me",
+        2,
+        heartbeat_timeout=2.0,
+        min_poll_interval=0.05,
+        poll_duration=0.0,
+        group_protocol="consumer",
+    )
+    expected, _ = choose_session(2.0, clients.session_bounds(kafka_config))
+    group.start()
+    try:
+        resource = ConfigResource(ResourceType.GROUP, name)
+        admin = AdminClient({"bootstrap.servers": str(kafka_config["bootstrap.servers"])})
+        found = admin.describe_configs([resource])[resource].result(10)
+        assert int(found["consumer.session.timeout.ms"].value) == expected.session_ms
+        assert int(found["consumer.heartbeat.interval.ms"].value) == expected.heartbeat_ms
+
+        # It leads both shards on its heartbeats, and readiness (librdkafka's statistics) holds.
+        def leading() -> bool:
+            group.pulse()
+            return all(lease.pulse() for lease in group.leases) and group.broker_connected is True
+
+        wait_until(leading, 30, "the lone member to lead both shards, connected")
+    finally:
+        group.close()
+
+
+def test_reapers_preflight_accepts_a_consumer_group_with_the_refused_settings_left_out() -> None:
+    from pyharvest._cli import check_harvest_config
+
+    cfg = Config(
+        data_source="sqlite://",
+        group_protocol="consumer",
+        base_kafka_config={"bootstrap.servers": "k:9092", "session.timeout.ms": 10_000},
+    ).resolve()
+    check_harvest_config(cfg)  # librdkafka would refuse session.timeout.ms beside group.protocol=consumer
