@@ -231,7 +231,7 @@ def harvester(args: argparse.Namespace, table: str, bootstrap: str, kafka: objec
         data_source=args.database,
         outbox_table=table,
         limits=lim,  # type: ignore[arg-type]
-        delivery=args.delivery,
+        delivery=getattr(args, "delivery", "at-least-once"),  # idle_bench's arguments have none
     )
     return Harvest(cfg, kafka=kafka)  # type: ignore[arg-type]
 

@@ -295,7 +295,7 @@ def run_drain(args: argparse.Namespace, bootstrap: str, workdir: Path, rnd: int,
             proxy.start()
             proxy.set_latency(rtt_ms / 2000)  # each way
             url = through_proxy(args.database, proxy)
-        reapers = start_reapers(workdir, processes, shards, bootstrap, url, table, args.kafka_config, delivery)
+        reapers = start_reapers(workdir, processes, shards, bootstrap, url, table, args.kafka_config, delivery=delivery)
         wait_balanced(reapers, shards)
         with engine.connect() as conn:
             with conn.begin():  # one commit: the whole backlog appears at once
