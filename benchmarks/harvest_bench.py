@@ -3,6 +3,8 @@
     python -m benchmarks.harvest_bench                       # PostgreSQL + embedded broker, every scenario
     python -m benchmarks.harvest_bench --database sqlite:///tmp/b.db --scenarios drain
     python -m benchmarks.harvest_bench --quick               # the small version CI runs for correctness
+    python -m benchmarks.harvest_bench --bootstrap 127.0.0.1:19092 --scenarios drain,steady \
+        --delivery at-least-once,exactly-once                # both modes side by side (Apache Kafka)
 
 Each scenario runs in a fresh child process, so that its peak RSS and CPU time are its own.
 Every scenario verifies its output (every record at least once, per-key order) so a fast
@@ -35,6 +37,7 @@ DEFAULT_DATABASE = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 class Result:
     scenario: str
     database: str
+    delivery: str
     records: int
     keys: int
     value_bytes: int
@@ -228,6 +231,7 @@ def harvester(args: argparse.Namespace, table: str, bootstrap: str, kafka: objec
         data_source=args.database,
         outbox_table=table,
         limits=lim,  # type: ignore[arg-type]
+        delivery=getattr(args, "delivery", "at-least-once"),  # idle_bench's arguments have none
     )
     return Harvest(cfg, kafka=kafka)  # type: ignore[arg-type]
 
@@ -241,6 +245,11 @@ def engine_notes(h: object, result: Result) -> None:
     result.notes["mark_ms"] = round(1000 * sum(m.mark_seconds) / max(1, len(m.mark_seconds)), 1)
     result.notes["rows_per_purge"] = round(m.records_purged / purges)
     result.notes["purge_ms"] = round(1000 * sum(m.purge_seconds) / max(1, len(m.purge_seconds)), 1)
+    if m.transactions_committed:
+        result.notes["transactions"] = m.transactions_committed
+        result.notes["aborted"] = m.transactions_aborted
+        result.notes["rows_per_transaction"] = round(m.records_purged / m.transactions_committed)
+        result.notes["transaction_ms"] = round(1000 * sum(m.transaction_seconds) / max(1, len(m.transaction_seconds)), 1)
 
 
 def verify(args: argparse.Namespace, topic: str, expected: list[tuple[str, bytes]], result: Result) -> None:
@@ -370,11 +379,11 @@ class AckClock:
     mark, waiting behind its key); the rest is produce -> delivery report (client and broker)."""
 
     def __init__(self) -> None:
-        from pyharvest.bindings.kafka.confluent import ConfluentClients
+        from pyharvest.bindings.kafka.transactions import ConfluentTransactionalClients
 
         self.latencies: list[float] = []
         self.to_send: list[float] = []
-        self._clients = ConfluentClients()
+        self._clients = ConfluentTransactionalClients()
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._clients, name)
@@ -402,6 +411,42 @@ class AckClock:
         return TimedProducer(config)
 
 
+class VisibleClock:
+    """A ``read_committed`` consumer of the steady scenario's topic: for each record, the time
+    from the writer's commit (its ``ts`` header) to the moment a consumer could read it. At
+    least once that is about the acknowledgement; exactly once, the transaction's commit."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import Consumer
+
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"visible-{uuid.uuid4().hex[:8]}",
+                                   "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                   "isolation.level": "read_committed", "fetch.wait.max.ms": 5})
+        self._consumer.subscribe([topic])
+        self.first_seen: dict[bytes, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for m in self._consumer.consume(1000, 0.05):
+                if m.error() is None and m.value() not in self.first_seen:
+                    for name, stamp in m.headers() or []:
+                        if name == "ts":
+                            self.first_seen[m.value()] = time.time() - float(stamp)
+                            break
+
+    def stop(self, expect: int, timeout: float = 30.0) -> list[float]:
+        deadline = time.monotonic() + timeout
+        while len(self.first_seen) < expect and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._stop.set()
+        self._thread.join()
+        self._consumer.close()
+        return sorted(self.first_seen.values())
+
+
 def run_steady(args: argparse.Namespace, bootstrap: str, result: Result) -> None:
     """Writer processes stash at an offered rate while the harvester runs; the harvester's
     producer notes commit -> ack latency (:class:`AckClock`). Only the harvester runs in this
@@ -422,6 +467,7 @@ def run_steady(args: argparse.Namespace, bootstrap: str, result: Result) -> None
     clock = AckClock()
     h = harvester(args, table, bootstrap, kafka=clock)
     h.start()
+    visible = VisibleClock(bootstrap, topic)
     while not h.is_leader:
         time.sleep(0.01)
     counter = StatementCounter(h.binding.engine)  # type: ignore[union-attr]
@@ -448,6 +494,11 @@ def run_steady(args: argparse.Namespace, bootstrap: str, result: Result) -> None
     while h.metrics.records_purged < len(expected) and time.monotonic() - started < args.duration + 120:
         time.sleep(0.005)
     drained_seconds = purges.stop() - started  # first commit -> last purge
+    seen = visible.stop(len(expected))
+    if seen:
+        result.notes["visible_ms_p50_p99_max"] = [round(seen[len(seen) // 2] * 1000),
+                                                  round(seen[min(len(seen) - 1, int(len(seen) * 0.99))] * 1000),
+                                                  round(seen[-1] * 1000)]
     counter.enabled = False
     result.cpu_seconds = time.process_time() - cpu0
     h.stop()
@@ -557,7 +608,7 @@ def child(args: argparse.Namespace) -> int:
         table, topic = args.prefill
         prefill(args.database, table, topic, records, keys, value_bytes, skew)
         return 0
-    result = Result(args.scenario, _db_label(args.database), records, keys, value_bytes)
+    result = Result(args.scenario, _db_label(args.database), args.delivery, records, keys, value_bytes)
     {"drain": run_drain, "steady": run_steady, "stasher": run_stasher}[runner](args, args.bootstrap, result)
     print(json.dumps(asdict(result)))
     return 0
@@ -578,13 +629,16 @@ def parent(args: argparse.Namespace) -> int:
     results: list[Result] = []
     with EmbeddedBroker() if not args.bootstrap else _Null() as broker:
         bootstrap = args.bootstrap or broker.bootstrap_servers
-        for name in args.scenarios.split(","):
+        # Each scenario in every mode before the next scenario: modes compared minutes apart,
+        # not the length of a run apart, as this machine's speed drifts.
+        for name, delivery in itertools.product(args.scenarios.split(","), args.delivery.split(",")):
             cmd = [sys.executable, "-m", "benchmarks.harvest_bench", "--child", "--scenario", name,
+                   "--delivery", delivery,
                    "--database", args.database, "--bootstrap", bootstrap, "--rate", str(args.rate),
                    "--duration", str(args.duration), "--limits", args.limits, "--producer-config", args.producer_config]
             cmd += ["--quick"] if args.quick else []
             cmd += ["--embedded-broker"] if not args.bootstrap else []
-            print(f"running {name} ...", file=sys.stderr, flush=True)
+            print(f"running {name} ({delivery}) ...", file=sys.stderr, flush=True)
             proc = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent,
                                   env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent)})
             if proc.returncode != 0:
@@ -608,12 +662,12 @@ class _Null:
 
 
 def print_table(results: list[Result]) -> None:
-    cols = ["scenario", "db", "records", "rec/s", "bare/s", "% bare", "stmt/1k", "cpu s", "rss MiB", "p50 ms", "p99 ms", "max ms", "lost", "reord", "dups"]
+    cols = ["scenario", "db", "delivery", "records", "rec/s", "bare/s", "% bare", "stmt/1k", "cpu s", "rss MiB", "p50 ms", "p99 ms", "max ms", "lost", "reord", "dups"]
     rows = []
     for r in results:
         pct = f"{100 * r.records_per_second / r.bare_produce_per_second:.0f}%" if r.bare_produce_per_second else "-"
         fmt = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
-        rows.append([r.scenario, r.database, f"{r.records:,}", fmt(r.records_per_second), fmt(r.bare_produce_per_second or None),
+        rows.append([r.scenario, r.database, r.delivery, f"{r.records:,}", fmt(r.records_per_second), fmt(r.bare_produce_per_second or None),
                      pct, f"{r.statements_per_1000:.1f}", f"{r.cpu_seconds:.1f}", f"{r.peak_rss_mib:.0f}",
                      fmt(r.latency_ms_p50), fmt(r.latency_ms_p99), fmt(r.latency_ms_max), str(r.lost), str(r.reordered), str(r.duplicates)])
     widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
@@ -623,7 +677,7 @@ def print_table(results: list[Result]) -> None:
     for r in results:
         notes = {k: v for k, v in r.notes.items() if k != "received"}
         if notes:
-            print(f"  {r.scenario}: " + ", ".join(f"{k}={v}" for k, v in notes.items()))
+            print(f"  {r.scenario} ({r.delivery}): " + ", ".join(f"{k}={v}" for k, v in notes.items()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -636,6 +690,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="small sizes: correctness, not timing")
     p.add_argument("--limits", default="{}", help='harvester limits as JSON, e.g. \'{"markQueryRecords": 100}\'')
     p.add_argument("--producer-config", default="{}", help='producer properties as JSON, e.g. \'{"linger.ms": 5}\'')
+    p.add_argument("--delivery", default="at-least-once",
+                   help="at-least-once, exactly-once, or both comma-separated (each scenario in each mode)")
     p.add_argument("--json", default=None)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--embedded-broker", action="store_true", help=argparse.SUPPRESS)  # set by the parent that started it

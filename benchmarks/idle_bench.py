@@ -252,7 +252,7 @@ def run_steady(args: argparse.Namespace, bootstrap: str, out: Figures) -> None:
 
     steady_args = harvest_args(args.database)
     steady_args.rate, steady_args.duration = args.rate, args.duration
-    result = Result("steady", args.database.split("://")[0], 0, 1_000, 100)
+    result = Result("steady", args.database.split("://")[0], "at-least-once", 0, 1_000, 100)
     run_steady(steady_args, bootstrap, result)
     f = out.figures
     f["offered_per_s"] = round(result.offered_per_second or 0)

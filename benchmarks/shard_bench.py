@@ -6,6 +6,7 @@
     python -m benchmarks.shard_bench --quick                  # toy sizes: correctness only
     python -m benchmarks.shard_bench --scenarios failover --bootstrap 127.0.0.1:9092 \
         --group-protocols classic,consumer --heartbeat-timeout 2s --shards 6 --rounds 3
+    python -m benchmarks.shard_bench --bootstrap 127.0.0.1:19092 --delivery at-least-once,exactly-once
 
 ``drain`` runs 1, 2 and 3 ``reaper`` processes (shards 1, 4 and 6) over the same backlog, with
 the database reached directly and then through the loopback fault proxy adding about 1 ms of
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -94,6 +96,7 @@ class DrainRun:
     hidden: int = 0  # missing at first, read after a write to every partition (benchmarks.topic_check)
     reordered: int = 0
     duplicates: int = 0
+    delivery: str = "at-least-once"
 
 
 @dataclass
@@ -119,6 +122,7 @@ class FailoverRun:
     hidden: int = 0  # missing at first, read after a write to every partition (benchmarks.topic_check)
     reordered: int = 0
     duplicates: int = 0
+    delivery: str = "at-least-once"
 
 
 # ----------------------------------------------------------------------------- processes
@@ -202,7 +206,7 @@ class Reaper:
 
 def start_reapers(workdir: Path, processes: int, shards: int, bootstrap: str, url: str, table: str,
                   kafka: dict[str, Any] | None = None, group_protocol: str = "classic",
-                  heartbeat_timeout: str | None = None) -> list[Reaper]:
+                  heartbeat_timeout: str | None = None, delivery: str = "at-least-once") -> list[Reaper]:
     config = workdir / f"reaper-{uuid.uuid4().hex[:6]}.yaml"
     harvest: dict[str, Any] = {"baseKafkaConfig": {"bootstrap.servers": bootstrap, **(kafka or {})},
                                "leaderGroupID": f"shardbench-{uuid.uuid4().hex[:8]}",
@@ -213,6 +217,8 @@ def start_reapers(workdir: Path, processes: int, shards: int, bootstrap: str, ur
         harvest["groupProtocol"] = group_protocol
     if heartbeat_timeout:
         harvest["limits"] = {"heartbeatTimeout": heartbeat_timeout}
+    if delivery != "at-least-once":
+        harvest["delivery"] = delivery
     config.write_text(yaml.safe_dump({"harvest": harvest, "logging": {"level": "Info"}}))
     return [Reaper(config, workdir / f"{config.stem}-{n}.log") for n in range(processes)]
 
@@ -271,10 +277,10 @@ def backlog(n: int, keys: int) -> list[tuple[str, bytes]]:
 
 
 def run_drain(args: argparse.Namespace, bootstrap: str, workdir: Path, rnd: int, processes: int, shards: int,
-              rtt_ms: float, keys: int) -> DrainRun:
+              rtt_ms: float, keys: int, delivery: str = "at-least-once") -> DrainRun:
     from tests.faults.proxy import FaultProxy
 
-    run = DrainRun(rnd, processes, shards, rtt_ms, args.records, keys)
+    run = DrainRun(rnd, processes, shards, rtt_ms, args.records, keys, delivery=delivery)
     table, topic = f"sbench_{uuid.uuid4().hex[:8]}", f"sbench-{uuid.uuid4().hex[:8]}"
     create_outbox_table(args.database, table, shards=shards)
     create_topic(bootstrap, topic, TOPIC_PARTITIONS)
@@ -289,7 +295,7 @@ def run_drain(args: argparse.Namespace, bootstrap: str, workdir: Path, rnd: int,
             proxy.start()
             proxy.set_latency(rtt_ms / 2000)  # each way
             url = through_proxy(args.database, proxy)
-        reapers = start_reapers(workdir, processes, shards, bootstrap, url, table, args.kafka_config)
+        reapers = start_reapers(workdir, processes, shards, bootstrap, url, table, args.kafka_config, delivery=delivery)
         wait_balanced(reapers, shards)
         with engine.connect() as conn:
             with conn.begin():  # one commit: the whole backlog appears at once
@@ -334,11 +340,11 @@ def drain(args: argparse.Namespace, workdir: Path) -> list[DrainRun]:
         layouts = args.layouts if rnd % 2 else tuple(reversed(args.layouts))
         for rtt in rtts:
             for keys in args.drain_keys:
-                for processes, shards in layouts:
+                for (processes, shards), delivery in itertools.product(layouts, args.delivery.split(",")):
                     print(f"drain round {rnd}: {processes} process(es), {shards} shard(s), +{rtt:g} ms, "
-                          f"{keys:,} keys", file=sys.stderr, flush=True)
+                          f"{keys:,} keys, {delivery}", file=sys.stderr, flush=True)
                     with broker_for_run(args) as bootstrap:
-                        runs.append(run_drain(args, bootstrap, workdir, rnd, processes, shards, rtt, keys))
+                        runs.append(run_drain(args, bootstrap, workdir, rnd, processes, shards, rtt, keys, delivery))
                     print(f"  {runs[-1].records_per_second:,.0f} records/s", file=sys.stderr, flush=True)
     return runs
 
@@ -398,13 +404,13 @@ def published(bootstrap: str, topic: str, expect: int, timeout: float = 120) -> 
 
 
 def run_failover(args: argparse.Namespace, bootstrap: str, workdir: Path, shards: int, sig: str,
-                 group_protocol: str = "classic", rnd: int = 1) -> FailoverRun:
-    run = FailoverRun(shards, sig, group_protocol, rnd)
+                 group_protocol: str = "classic", rnd: int = 1, delivery: str = "at-least-once") -> FailoverRun:
+    run = FailoverRun(shards, sig, group_protocol, rnd, delivery=delivery)
     table, topic = f"sbench_{uuid.uuid4().hex[:8]}", f"sbench-{uuid.uuid4().hex[:8]}"
     create_outbox_table(args.database, table, shards=shards)
     create_topic(bootstrap, topic, TOPIC_PARTITIONS)
     reapers = start_reapers(workdir, 3, shards, bootstrap, args.database, table, args.kafka_config, group_protocol,
-                            args.heartbeat_timeout)
+                            args.heartbeat_timeout, delivery)
     writer = SteadyWriter(args.database, table, topic, args.rate, args.keys)
     engine = sa.create_engine(args.database)
     try:
@@ -496,14 +502,14 @@ def failover(args: argparse.Namespace, workdir: Path) -> list[FailoverRun]:
     runs = []
     for rnd in range(1, args.rounds + 1):
         for sig in args.signals.split(","):
-            for shards in map(int, args.shards.split(",")):
+            for shards, delivery in itertools.product(map(int, args.shards.split(",")), args.delivery.split(",")):
                 # Alternated, in reverse order every other round: each protocol sees the same load.
                 protocols = args.group_protocols.split(",")
                 for protocol in protocols if rnd % 2 else protocols[::-1]:
-                    print(f"failover: round {rnd}, {sig}, shards {shards}, {protocol} protocol", file=sys.stderr,
-                          flush=True)
+                    print(f"failover: round {rnd}, {sig}, shards {shards}, {protocol} protocol, {delivery}",
+                          file=sys.stderr, flush=True)
                     with broker_for_run(args) as bootstrap:
-                        runs.append(run_failover(args, bootstrap, workdir, shards, sig, protocol, rnd))
+                        runs.append(run_failover(args, bootstrap, workdir, shards, sig, protocol, rnd, delivery))
     return runs
 
 
@@ -516,10 +522,10 @@ def print_drain(runs: list[DrainRun]) -> None:
     print(f"\ndrain: records/s (speed-up over {names[0]} in the same round)")
     print(f"{'round':>5} {'+RTT ms':>7} {'keys':>8} " + " ".join(f"{n:>20}" for n in names)
           + "  lost/reord/dup  reapers' CPU us/record")
-    rows: dict[tuple[int, float, int], dict[tuple[int, int], DrainRun]] = defaultdict(dict)
+    rows: dict[tuple[int, float, int, str], dict[tuple[int, int], DrainRun]] = defaultdict(dict)
     for r in runs:
-        rows[(r.round, r.added_rtt_ms, r.keys)][(r.processes, r.shards)] = r
-    for (rnd, rtt, keys), by in sorted(rows.items()):
+        rows[(r.round, r.added_rtt_ms, r.keys, r.delivery)][(r.processes, r.shards)] = r
+    for (rnd, rtt, keys, delivery), by in sorted(rows.items()):
         first = by.get(layouts[0])
         cells = []
         for layout in layouts:
@@ -529,7 +535,8 @@ def print_drain(runs: list[DrainRun]) -> None:
             cells.append(f"{r.records_per_second:,.0f}{ratio}" if r else "-")
         bad = "/".join(str(sum(getattr(r, a) for r in by.values())) for a in ("lost", "reordered", "duplicates"))
         cpu = " ".join(f"{by[x].reaper_cpu_us_per_record:g}" if x in by else "-" for x in layouts)
-        print(f"{rnd:>5} {rtt:>7g} {keys:>8,} " + " ".join(f"{c:>20}" for c in cells) + f"  {bad:>14}  {cpu}")
+        print(f"{rnd:>5} {rtt:>7g} {keys:>8,} " + " ".join(f"{c:>20}" for c in cells) + f"  {bad:>14}  {cpu}"
+              + (f"  {delivery}" if delivery != "at-least-once" else ""))
     print("\nwhere the CPU went: us/record for reapers / database / broker, and the machine's busy share")
     for r in sorted(runs, key=lambda r: (r.round, r.added_rtt_ms, r.keys, r.processes, r.shards)):
         print(f"  round {r.round} +{r.added_rtt_ms:g} ms, {r.keys:,} keys, {r.processes}x{r.shards}: "
@@ -541,12 +548,12 @@ def print_drain(runs: list[DrainRun]) -> None:
 
 def print_failover(runs: list[FailoverRun]) -> None:
     print("\nfailover: one of three processes stopped under a steady stream")
-    print(f"{'protocol':>8} {'rnd':>3} {'signal':>7} {'shards':>6} {'victim shards':>13} {'victim outage s':>15} "
-          f"{'survivors max s':>15} {'keys paused':>11} {'p99 before ms':>13} {'reassigned s':>12} {'then s':>6} "
-          f"{'load':>5}  lost/reord/dup  outage by shard")
-    for r in sorted(runs, key=lambda r: (r.shards, r.signal, r.group_protocol, r.round)):
+    print(f"{'protocol':>8} {'delivery':>13} {'rnd':>3} {'signal':>7} {'shards':>6} {'victim shards':>13} "
+          f"{'victim outage s':>15} {'survivors max s':>15} {'keys paused':>11} {'p99 before ms':>13} "
+          f"{'reassigned s':>12} {'then s':>6} {'load':>5}  lost/reord/dup  outage by shard")
+    for r in sorted(runs, key=lambda r: (r.shards, r.signal, r.group_protocol, r.delivery, r.round)):
         victims = ",".join(map(str, r.victim_shards))
-        print(f"{r.group_protocol:>8} {r.round:>3} {r.signal:>7} {r.shards:>6} {victims:>13} "
+        print(f"{r.group_protocol:>8} {r.delivery:>13} {r.round:>3} {r.signal:>7} {r.shards:>6} {victims:>13} "
               f"{r.victim_max_delay_s:>15} {r.survivor_max_delay_s:>15} {r.keys_paused_share:>11.0%} "
               f"{r.p99_before_ms:>13} {_or_dash(r.reassigned_s):>12} {_or_dash(r.after_reassignment_s):>6} "
               f"{r.load_1min:>5}  {r.lost}/{r.reordered}/{r.duplicates}  {r.outage_s_by_shard}")
@@ -589,6 +596,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layouts", type=_layouts, default=LAYOUTS, help="drain runs as PROCESSESxSHARDS, e.g. 1x1,2x4,3x6")
     p.add_argument("--signals", default="SIGKILL,SIGTERM", help="failover runs")
     p.add_argument("--shards", default="1,6", help="failover runs")
+    p.add_argument("--delivery", default="at-least-once",
+                   help="at-least-once, exactly-once, or both comma-separated (each run in each mode)")
     p.add_argument("--quick", action="store_true", help="toy sizes, for correctness")
     p.add_argument("--json", default="benchmarks/results/shards.json")
     args = p.parse_args(argv)

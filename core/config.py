@@ -50,6 +50,7 @@ __all__ = [
 ]
 
 POISON_POLICIES = ("block", "quarantine")
+DELIVERY_MODES = ("at-least-once", "exactly-once")
 DEFAULT_DATA_SOURCE = "host=localhost port=5432 user=postgres password= dbname=postgres sslmode=disable"
 DEFAULT_BOOTSTRAP_SERVERS = "localhost:9092"
 DEFAULT_MAX_IN_FLIGHT_RECORDS = 4000
@@ -266,6 +267,14 @@ class Config:
     #: The leader group's Kafka group protocol: ``classic``, or ``consumer`` (KIP-848; Apache
     #: Kafka 4.0+). See :mod:`pyharvest.core.group_protocol`.
     group_protocol: str = "classic"
+    #: ``at-least-once`` (goharvest's; a leader that dies between Kafka's ack and the purge
+    #: leaves its records to be published again) or ``exactly-once``: each batch is published
+    #: in a Kafka transaction with a progress record (see docs/algorithm.md), so that
+    #: ``read_committed`` consumers see every record once.
+    delivery: str = "at-least-once"
+    #: ``delivery: exactly-once``: the compacted topic of progress records, one partition per
+    #: shard. Defaults to ``<leaderGroupID>.progress``.
+    progress_topic: str = ""
     limits: Limits = field(default_factory=Limits)
 
     def __post_init__(self) -> None:
@@ -290,17 +299,18 @@ class Config:
                 raise ConfigError(yaml_key(fname), f"expected a mapping of Kafka properties, got {value!r}")
             setattr(c, fname, dict(value))
         c.base_kafka_config.setdefault("bootstrap.servers", DEFAULT_BOOTSTRAP_SERVERS)
-        for fname in ("leader_topic", "leader_group_id", "data_source", "outbox_table", "name"):
+        for fname in ("leader_topic", "leader_group_id", "data_source", "outbox_table", "name", "progress_topic"):
             v = getattr(c, fname)
             if not isinstance(v, str):
                 raise ConfigError(yaml_key(fname), f"expected a string, got {v!r}")
         c.leader_group_id = c.leader_group_id or _program_name()
         c.leader_topic = c.leader_topic or f"{c.leader_group_id}.neli"
+        c.progress_topic = c.progress_topic or f"{c.leader_group_id}.progress"
         c.data_source = c.data_source or DEFAULT_DATA_SOURCE
         c.name = c.name or _default_name()
         if not c.outbox_table:
             raise ConfigError("outboxTable", "must name the outbox table, e.g. 'outbox' or 'myschema.outbox'")
-        for fname, label in (("leader_topic", "topic"), ("leader_group_id", "group id")):
+        for fname, label in (("leader_topic", "topic"), ("leader_group_id", "group id"), ("progress_topic", "topic")):
             v = getattr(c, fname)
             if _VALID_KAFKA_NAME.search(v) or len(v) > 249:
                 raise ConfigError(
@@ -310,6 +320,10 @@ class Config:
             raise ConfigError(
                 "poisonPolicy", f"expected one of {', '.join(POISON_POLICIES)}, got {c.poison_policy!r}"
             )
+        if c.delivery not in DELIVERY_MODES:
+            raise ConfigError("delivery", f"expected one of {', '.join(DELIVERY_MODES)}, got {c.delivery!r}")
+        if c.progress_topic == c.leader_topic:
+            raise ConfigError("progressTopic", f"must differ from leaderTopic ({c.leader_topic!r})")
         if c.binding is not None and (not isinstance(c.binding, str) or not c.binding):
             raise ConfigError("binding", f"expected the name of a dialect plugin, got {c.binding!r}")
         if isinstance(c.shards, bool) or not isinstance(c.shards, int) or not 1 <= c.shards <= MAX_SHARDS:

@@ -23,7 +23,10 @@ if TYPE_CHECKING:
 
 __all__ = ["check_config_types", "check_limits_types", "limits_keywords"]
 
-_STRINGS = ("leader_topic", "leader_group_id", "data_source", "outbox_table", "name", "poison_policy", "group_protocol")
+_STRINGS = (
+    "leader_topic", "leader_group_id", "data_source", "outbox_table", "name", "poison_policy", "group_protocol",
+    "delivery", "progress_topic",
+)
 
 
 def check_limits_types(limits: Limits, ints: Collection[str]) -> None:

@@ -34,6 +34,18 @@ class Dispatcher:
         #: Read without the lock by the main loop, which remarks when it sees it set.
         self.force_remark = False
 
+    @property
+    def in_flight(self) -> int:
+        return self.gate.in_flight
+
+    @property
+    def parked_count(self) -> int:
+        return self.gate.parked_count
+
+    @property
+    def free(self) -> int:
+        return self.gate.free
+
     def lead(self) -> None:
         """Dispatch under a new leader id: it starts the remark that was due, if any."""
         with self._cond:

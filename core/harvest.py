@@ -57,6 +57,7 @@ from pyharvest.core.metrics import HarvestMetrics
 from pyharvest.core.neli import Leadership, LeaderStatus, Neli
 from pyharvest.core.repeats import CollapsingLogger
 from pyharvest.core.sender import Sender
+from pyharvest.core.transactions import TransactionalPublisher, check_transactions
 
 __all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "HarvestEngine", "Health", "State"]
 
@@ -97,14 +98,27 @@ class HarvestEngine(Lifecycle):
         # cost a statement each for a handful of records.
         self._mark_threshold = max(1, min(self._mark_size, max_in_flight // 2))
 
-
         self._leader_id: str | None = None
         self._shutdown_deadline: float | None = None
 
         self.metrics = HarvestMetrics()
         reports: deque[Flight] = deque()
         self._sender = Sender(self.config, kafka, self.metrics, reports.append)
-        self._dispatch = Dispatcher(KeyGate(max_in_flight), self._sender.send)
+        #: ``delivery: exactly-once``: publishes in Kafka transactions, in the dispatcher's place.
+        self._publisher: TransactionalPublisher | None = None
+        self._dispatch: Dispatcher | TransactionalPublisher
+        dispatcher: Dispatcher | None = None
+        if self.config.delivery == "exactly-once":
+            self._publisher = self._dispatch = TransactionalPublisher(
+                self.config,
+                kafka,
+                self.metrics,
+                shard=shard or 0,
+                emit=self._emit,
+                deadline=lambda: self._shutdown_deadline,
+            )
+        else:
+            self._dispatch = dispatcher = Dispatcher(KeyGate(max_in_flight), self._sender.send)
         self._delivery = DeliveryProcessor(
             reports,
             self.config,
@@ -112,7 +126,8 @@ class HarvestEngine(Lifecycle):
             coalesce_target=max(1, min(2 * self._mark_size, max_in_flight // 2)),
             emit=self._emit,
             raise_remark=self._dispatch.raise_remark,
-            release=self._dispatch.release,
+            # Unused exactly once: the publisher settles its own transactions.
+            release=dispatcher.release if dispatcher is not None else lambda _keys: None,
             deadline=lambda: self._shutdown_deadline,
         )
         self._neli: Leadership | None = None
@@ -142,7 +157,7 @@ class HarvestEngine(Lifecycle):
 
     @property
     def in_flight_records(self) -> int:
-        return self._dispatch.gate.in_flight
+        return self._dispatch.in_flight
 
     @property
     def in_flight_record_keys(self) -> list[str]:
@@ -157,7 +172,7 @@ class HarvestEngine(Lifecycle):
     @property
     def backlog_in_memory(self) -> int:
         """Marked records waiting behind an in-flight record of the same key."""
-        return self._dispatch.gate.parked_count
+        return self._dispatch.parked_count
 
     def health(self) -> Health:
         """What a readiness probe needs: running, leading, and whether the broker and the
@@ -183,7 +198,12 @@ class HarvestEngine(Lifecycle):
         self._binding = source if isinstance(source, DatabaseBinding) else source()
         if isinstance(self._binding, ChangeFeed):
             self._unwatch = self._binding.watch(self._on_change)
-        self._sender.open()
+        if self._publisher is None:
+            self._sender.open()
+        else:
+            if self.shard is None:  # a sharded harvester checks once for all its shards
+                check_transactions(self._kafka, cfg)
+            self._publisher.use_binding(self._binding)
         limits = cfg.limits
         self._neli = self._leadership_source(self._on_leader_status) if self._leadership_source else Neli(
             self._kafka,
@@ -228,6 +248,9 @@ class HarvestEngine(Lifecycle):
 
     def _leader_status(self, status: LeaderStatus) -> None:
         if status is LeaderStatus.ACQUIRED:
+            if self._publisher is not None:
+                # Before the new leader id: nothing is marked until the takeover is done.
+                self._publisher.begin_term()
             leader_id = self._new_leader_id()
             self.metrics.leader_acquisitions += 1
             log.info("elected leader, leader id %s", leader_id)
@@ -238,8 +261,12 @@ class HarvestEngine(Lifecycle):
             # retried after the partition healed would land behind the successor's records.
             self._step_down()
             self._emit(LeaderFenced(self.shard))
-            self._sender.abandon()
-            self._quiesce("leadership fenced")
+            (self._publisher or self._sender).abandon()
+            # Exactly once, Kafka's own fence makes waiting for the transaction unnecessary,
+            # and an abort may hang on the cut-off broker (for shards, on the group's thread).
+            limits = self.config.limits
+            wait = None if self._publisher is None else time.monotonic() + (limits.heartbeat_timeout or 1.0)
+            self._quiesce("leadership fenced", wait)
         else:
             # A revocation waits for in-flight records before the handler runs: the next
             # leader is not elected until this callback returns.
@@ -272,8 +299,12 @@ class HarvestEngine(Lifecycle):
         if dispatch.force_remark:
             self._remark()
             return
+        if self._publisher is not None and not self._publisher.ready:
+            # Elected, or the producer in doubt: the takeover runs on the delivery thread.
+            self._publisher.wait_ready(min(max(self._neli.poll_due(), 0.001), 0.1))
+            return
         dispatch.check_parked(limits.queue_timeout)  # type: ignore[arg-type]
-        free = dispatch.gate.free
+        free = dispatch.free
         if free < self._mark_threshold:
             dispatch.wait_for_room(self._mark_threshold, max(self._neli.poll_due(), 0.001))
             return
@@ -297,7 +328,9 @@ class HarvestEngine(Lifecycle):
             self.metrics.mark_errors += 1
             self._mark_failing = True
             self._repeats.log(
-                logging.WARNING, "mark failed, will remark under a new leader id: %s", one_line(e),
+                logging.WARNING,
+                "mark failed, will remark under a new leader id: %s",
+                one_line(e),
                 cause=f"mark failed: {one_line(e)}",
             )
             dispatch.raise_remark()
@@ -330,7 +363,8 @@ class HarvestEngine(Lifecycle):
         """Take every unacknowledged record again, under a new leader id, once nothing is in
         flight (invariant 3): what was marked behind a failure is remarked behind its retry."""
         self._quiesce("remark")
-        delivery, streak = self._delivery, self._delivery.poison_streak
+        # Exactly once, a poison record holds only its key (see TransactionalPublisher).
+        delivery, streak = self._delivery, (self._delivery.poison_streak if self._publisher is None else 0)
         if delivery.producer_broken:
             self._sender.replace()
             delivery.producer_broken = False
@@ -342,7 +376,9 @@ class HarvestEngine(Lifecycle):
         leader_id = self._new_leader_id()
         self.metrics.leader_refreshes += 1
         self._repeats.log(
-            logging.INFO, "refreshed leader id to %s: unacknowledged records will be remarked", leader_id,
+            logging.INFO,
+            "refreshed leader id to %s: unacknowledged records will be remarked",
+            leader_id,
             cause="refreshed leader id",
         )
         self._emit(LeaderRefreshed(leader_id, self.shard))
@@ -359,9 +395,11 @@ class HarvestEngine(Lifecycle):
         self._dispatch.stop_leading()
         self._leader_id = None
 
-    def _quiesce(self, reason: str) -> None:
+    def _quiesce(self, reason: str, deadline: float | None = None) -> None:
         thread = self._delivery_thread
-        self._dispatch.quiesce(reason, self._shutdown_deadline, lambda: thread is None or thread.is_alive())
+        if self._shutdown_deadline is not None:
+            deadline = min(deadline or self._shutdown_deadline, self._shutdown_deadline)
+        self._dispatch.quiesce(reason, deadline, lambda: thread is None or thread.is_alive())
 
     # ------------------------------------------------------------------ delivery thread
 
@@ -370,7 +408,10 @@ class HarvestEngine(Lifecycle):
         try:
             binding = self._binding
             assert binding is not None
-            self._delivery.serve(binding, lambda: self._sender.producer, self._main_done, self._may_hold_acks)
+            if self._publisher is not None:
+                self._publisher.serve(binding, self._main_done)
+            else:
+                self._delivery.serve(binding, lambda: self._sender.producer, self._main_done, self._may_hold_acks)
         except BaseException as e:  # noqa: BLE001
             log.exception("delivery thread crashed")
             self._crash = self._crash or e
@@ -411,8 +452,10 @@ class HarvestEngine(Lifecycle):
                 log.warning("error closing the change feed: %s", one_line(e))
         producer = self._sender.detach()
         binding, self._binding = self._binding, None
-        self._close_each((
-            ("leader election", neli.close if neli is not None else None),
-            ("producer", producer.close if producer is not None else None),
-            ("database binding", binding.dispose if binding is not None else None),
-        ))
+        self._close_each(
+            (
+                ("leader election", neli.close if neli is not None else None),
+                ("producer", producer.close if producer is not None else None),
+                ("database binding", binding.dispose if binding is not None else None),
+            )
+        )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 # Defined with the other errors so that `except HarvestError` catches it; importable from here too,
 # beside the protocol that raises it.
@@ -23,6 +23,9 @@ __all__ = [
     "ProduceError",
     "Producer",
     "TopicError",
+    "TransactionError",
+    "TransactionalKafkaClients",
+    "TransactionalProducer",
 ]
 
 KafkaConfigMap = Mapping[str, object]
@@ -121,4 +124,62 @@ class KafkaClients(Protocol):
 
     def ensure_topic(self, config: KafkaConfigMap, topic: str, partitions: int = 1, timeout: float = 10.0) -> None:
         """Create ``topic`` if it does not exist; raise :class:`TopicError` if it cannot be."""
+        ...
+
+
+class TransactionError(Exception):
+    """A transactional call failed. ``kind`` says what the caller may do next:
+
+    * ``"abortable"``: abort the transaction; the producer stays usable;
+    * ``"retriable"``: the same call may be made again (a commit whose outcome is unknown);
+    * ``"fenced"``: a newer producer with the same ``transactional.id`` took over;
+    * ``"fatal"``: the producer is unusable; whether the transaction committed is unknown;
+    * ``"unsupported"``: the cluster has no transactions.
+    """
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class TransactionalProducer(Producer, Protocol):
+    """A producer with a ``transactional.id`` (exactly-once publishing).
+
+    :meth:`init_transactions` fences every earlier producer with the same id: Kafka aborts
+    (or completes) the transaction it left open, and refuses its later produces and commits."""
+
+    def init_transactions(self, timeout: float) -> None: ...
+
+    def begin_transaction(self) -> None: ...
+
+    def commit_transaction(self, timeout: float) -> None:
+        """Flush and commit; every message of the transaction becomes visible to
+        ``read_committed`` consumers at once, or none does. Raises :class:`TransactionError`."""
+        ...
+
+    def abort_transaction(self, timeout: float) -> None: ...
+
+
+@runtime_checkable
+class TransactionalKafkaClients(KafkaClients, Protocol):
+    """Clients that can publish exactly once: transactional producers, and a read of the last
+    committed record of a partition (the progress log of :mod:`pyharvest.core.transactions`)."""
+
+    def transactional_producer(self, config: KafkaConfigMap) -> TransactionalProducer: ...
+
+    def ensure_progress_topic(self, config: KafkaConfigMap, topic: str, partitions: int, timeout: float = 10.0) -> None:
+        """Create the compacted ``topic`` with ``partitions`` partitions if missing, or add
+        partitions up to that number; raise :class:`TopicError` if it cannot."""
+        ...
+
+    def probe_transactions(self, config: KafkaConfigMap, topic: str, partition: int, timeout: float) -> None:
+        """Check, with a producer of this ``config`` (its own ``transactional.id``) writing to
+        ``partition`` of ``topic``, that the cluster runs transactions and hides aborted
+        records from ``read_committed`` consumers; raise :class:`TransactionError` (kind
+        ``"unsupported"``) if not."""
+        ...
+
+    def last_committed(self, config: KafkaConfigMap, topic: str, partition: int, timeout: float) -> bytes | None:
+        """The value of the last record of ``partition`` that a committed transaction wrote
+        (``read_committed``), or None if it holds none. Raises :class:`TopicError`."""
         ...

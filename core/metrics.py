@@ -55,8 +55,14 @@ class HarvestMetrics:
     delivery_errors: dict[str, int] = field(default_factory=dict)
     leader_acquisitions: int = 0
     leader_refreshes: int = 0
+    #: ``delivery: exactly-once``: Kafka transactions committed and aborted, times a newer
+    #: producer of this shard fenced this one, and begin-to-commit durations.
+    transactions_committed: int = 0
+    transactions_aborted: int = 0
+    producer_fencings: int = 0
     mark_seconds: list[float] = field(default_factory=list)
     purge_seconds: list[float] = field(default_factory=list)
+    transaction_seconds: list[float] = field(default_factory=list)
 
     def observe(self, bucket: list[float], seconds: float) -> None:
         # A bounded reservoir: exporters drain it; without an exporter it stays small.
@@ -64,7 +70,8 @@ class HarvestMetrics:
             bucket.append(seconds)
 
     def drain(self, name: str) -> list[float]:
-        """Take the observations of ``mark_seconds`` or ``purge_seconds`` gathered so far."""
+        """Take the observations of ``mark_seconds``, ``purge_seconds`` or ``transaction_seconds``
+        gathered so far."""
         bucket: list[float] = getattr(self, name)
         taken = bucket[:]
         del bucket[: len(taken)]

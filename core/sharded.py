@@ -26,6 +26,7 @@ from pyharvest.core.logs import log, one_line
 from pyharvest.core.neli import ShardGroup
 from pyharvest.core.sender import producer_config
 from pyharvest.core.shared_producer import ShardKafkaClients, SharedProducer
+from pyharvest.core.transactions import check_transactions
 
 __all__ = ["ShardedHarvestEngine"]
 
@@ -90,16 +91,26 @@ class ShardedHarvestEngine(Lifecycle):
         cfg = self.config
         log.info(
             "starting sharded harvester %s (%d shards): outbox %r at %s, Kafka %s",
-            cfg.name, cfg.shards, cfg.outbox_table, mask_data_source(cfg.data_source),
+            cfg.name,
+            cfg.shards,
+            cfg.outbox_table,
+            mask_data_source(cfg.data_source),
             mask_kafka_config(cfg.base_kafka_config),
         )
         source = self._binding_source
         self._binding = source if isinstance(source, ShardableBinding) else source()
         self._binding.for_shard(cfg.shards, 0).dispose()  # refuses a table that cannot be sharded
         limits = cfg.limits
+        if cfg.delivery == "exactly-once":
+            check_transactions(self._kafka, cfg)
         self._producer = SharedProducer(self._kafka, producer_config(cfg))
         self._group = ShardGroup(
-            self._kafka, cfg.base_kafka_config, cfg.leader_topic, cfg.leader_group_id, cfg.name, cfg.shards,
+            self._kafka,
+            cfg.base_kafka_config,
+            cfg.leader_topic,
+            cfg.leader_group_id,
+            cfg.name,
+            cfg.shards,
             heartbeat_timeout=limits.heartbeat_timeout,  # type: ignore[arg-type]
             min_poll_interval=limits.min_poll_interval,  # type: ignore[arg-type]
             poll_duration=limits.poll_duration,  # type: ignore[arg-type]
@@ -119,10 +130,13 @@ class ShardedHarvestEngine(Lifecycle):
                 return
         assert self._binding is not None and self._group is not None and self._producer is not None
         lease = self._group.leases[shard]
+        # Exactly once, each shard has its own transactional producer: a transaction belongs
+        # to one producer, and a shard's new leader must fence its old one alone.
+        exactly_once = self.config.delivery == "exactly-once"
         engine = HarvestEngine(
             self.config,
             binding=self._binding.for_shard(self.config.shards, shard),
-            kafka=ShardKafkaClients(self._kafka, self._producer),
+            kafka=self._kafka if exactly_once else ShardKafkaClients(self._kafka, self._producer),
             leadership=lease.bind,
             shard=shard,
         )
@@ -184,8 +198,9 @@ class ShardedHarvestEngine(Lifecycle):
         # After every engine has stopped: they produce through it and purge through the binding.
         producer, self._producer = self._producer, None
         binding, self._binding = self._binding, None
-        self._close_each((
-            ("producer", producer.close if producer is not None else None),
-            ("database binding", binding.dispose if binding is not None else None),
-        ))
-
+        self._close_each(
+            (
+                ("producer", producer.close if producer is not None else None),
+                ("database binding", binding.dispose if binding is not None else None),
+            )
+        )

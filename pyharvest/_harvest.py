@@ -40,9 +40,9 @@ def _sql_binding(config: Config) -> Callable[[], SqlBinding]:
 
 
 def _confluent() -> KafkaClients:
-    from pyharvest.bindings.kafka.confluent import ConfluentClients
+    from pyharvest.bindings.kafka.transactions import ConfluentTransactionalClients
 
-    return ConfluentClients()
+    return ConfluentTransactionalClients()
 
 
 class Harvest:

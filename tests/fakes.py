@@ -249,3 +249,108 @@ class FakeKafka:
 
 def with_id(record, **changes):
     return replace(record, **changes)
+
+
+class FakeTransactions:
+    """A transaction coordinator: producer epochs per ``transactional.id``, and the records of
+    committed transactions per (topic, partition). ``fail`` as in :class:`FakeCluster`;
+    ``commit_error`` fails the next commit after (``"after"``) or before it took effect."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.epochs: dict[str, int] = defaultdict(int)
+        self.committed: dict[tuple[str, int | None], list[tuple[str, bytes | str | None]]] = defaultdict(list)
+        self.commits = 0
+        self.aborts = 0
+        self.commit_error: tuple[str, str] | None = None  # (kind, "before" | "after")
+        self.hold_commit: threading.Event | None = None  # a commit waits for it to be set
+
+    def records(self, topic: str) -> list[tuple[str, bytes | str | None]]:
+        with self.lock:
+            return [r for (t, _p), rs in sorted(self.committed.items(), key=lambda x: str(x[0])) if t == topic for r in rs]
+
+
+class FakeTransactionalProducer(FakeProducer):
+    def __init__(self, cluster: FakeCluster, txns: FakeTransactions, txn_id: str) -> None:
+        super().__init__(cluster)
+        self.txns = txns
+        self.txn_id = txn_id
+        self.epoch = -1
+        self.open: list[Sent] | None = None
+        self.commits = 0
+
+    def _check(self) -> None:
+        from pyharvest.core.kafka import TransactionError
+
+        if self.epoch != self.txns.epochs[self.txn_id]:
+            raise TransactionError("fenced", "PRODUCER_FENCED: a newer producer has the transactional.id")
+
+    def init_transactions(self, timeout: float) -> None:
+        with self.txns.lock:
+            self.txns.epochs[self.txn_id] += 1
+            self.epoch = self.txns.epochs[self.txn_id]
+
+    def begin_transaction(self) -> None:
+        with self.txns.lock:
+            self._check()
+            self.open = []
+
+    def produce(self, topic, key, value, headers, on_delivery, partition=None) -> None:
+        sent = Sent(topic, key, value, headers, on_delivery, partition)
+        err = self.c.fail(sent) if not topic.endswith(".progress") else None
+        assert self.open is not None, "produce outside a transaction"
+        self.open.append(sent)
+        on_delivery(err)
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+    def commit_transaction(self, timeout: float) -> None:
+        from pyharvest.core.kafka import TransactionError
+
+        txns = self.txns
+        if txns.hold_commit is not None:
+            txns.hold_commit.wait(30)
+        with txns.lock:
+            error, txns.commit_error = txns.commit_error, None
+            if error is not None and error[1] == "before":
+                raise TransactionError(error[0], "injected before the commit")
+            self._check()
+            for s in self.open or []:
+                txns.committed[(s.topic, s.partition)].append((s.key, s.value))
+            txns.commits += 1
+            self.commits += 1
+            self.open = None
+            if error is not None:
+                raise TransactionError(error[0], "injected after the commit took effect")
+
+    def abort_transaction(self, timeout: float) -> None:
+        with self.txns.lock:
+            self.open = None
+            self.txns.aborts += 1
+
+    def abandon(self) -> None:
+        pass
+
+
+class FakeTransactionalKafka(FakeKafka):
+    def __init__(self) -> None:
+        super().__init__()
+        self.txns = FakeTransactions()
+        self.producers: list[FakeTransactionalProducer] = []
+
+    def transactional_producer(self, config: KafkaConfigMap) -> FakeTransactionalProducer:
+        producer = FakeTransactionalProducer(self.cluster, self.txns, str(config["transactional.id"]))
+        self.producers.append(producer)
+        return producer
+
+    def ensure_progress_topic(self, config, topic, partitions, timeout=10.0) -> None:
+        self.cluster.topics.add(topic)
+
+    def probe_transactions(self, config, topic, partition, timeout) -> None:
+        pass
+
+    def last_committed(self, config, topic, partition, timeout):
+        with self.txns.lock:
+            records = self.txns.committed.get((topic, partition), [])
+            return records[-1][1] if records else None

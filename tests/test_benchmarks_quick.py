@@ -36,6 +36,31 @@ def test_every_scenario_runs_and_verifies(dialect, database_url, kafka_bootstrap
         assert r["records_per_second"] > 0, r
 
 
+def test_both_delivery_modes_run_side_by_side(dialect, database_url, kafka_bootstrap, tmp_path):
+    """``--delivery at-least-once,exactly-once`` at toy size: each scenario in each mode, and
+    the exactly-once runs read back with no duplicate (Apache Kafka; PostgreSQL is enough)."""
+    from tests.fixtures.kafka import on_embedded_broker
+
+    if dialect != "postgresql" or on_embedded_broker():
+        pytest.skip("exactly-once needs Apache Kafka; one live database proves the plumbing")
+    out = tmp_path / "modes.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.harvest_bench", "--quick", "--database", database_url,
+         "--bootstrap", kafka_bootstrap, "--scenarios", "drain,steady", "--delivery", "at-least-once,exactly-once",
+         "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=280,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert [(r["scenario"], r["delivery"]) for r in results] == [
+        ("drain", "at-least-once"), ("drain", "exactly-once"), ("steady", "at-least-once"), ("steady", "exactly-once")]
+    for r in results:
+        assert r["lost"] == 0 and r["reordered"] == 0 and r["records_per_second"] > 0, r
+        if r["delivery"] == "exactly-once":
+            assert r["duplicates"] == 0 and r["notes"]["transactions"] >= 1, r
+    assert all("visible_ms_p50_p99_max" in r["notes"] for r in results if r["scenario"] == "steady")
+
+
 def test_shard_drain_runs_and_verifies(dialect, database_url, kafka_bootstrap, tmp_path):
     """The sharded drain at toy size, through the latency proxy too (PostgreSQL: the proxy
     speaks TCP, and one live database is enough to prove the scenario's plumbing)."""

@@ -50,7 +50,7 @@ def live_databases(dialect: str) -> None:
         pytest.skip("sharded chaos runs on PostgreSQL and MariaDB")
 
 
-def write_config(tmp_path, bootstrap: str, url: str, table: str, group_protocol: str = "classic") -> object:
+def write_config(tmp_path, bootstrap: str, url: str, table: str, group_protocol: str = "classic", **harvest) -> object:
     path = tmp_path / "reaper.yaml"
     path.write_text(yaml.safe_dump({
         "harvest": {
@@ -58,6 +58,7 @@ def write_config(tmp_path, bootstrap: str, url: str, table: str, group_protocol:
             "dataSource": url, "outboxTable": table, "shards": SHARDS, "groupProtocol": group_protocol,
             "limits": {"heartbeatTimeout": "2s", "minPollInterval": "50ms", "maxInFlightRecords": 500,
                        "shutdownTimeout": "3s"},
+            **harvest,
         },
         # With PYHARVEST_CHAOS_DEBUG (librdkafka debug contexts, e.g. "cgrp"), log at Debug so they show.
         "logging": {"level": "Debug" if os.environ.get("PYHARVEST_CHAOS_DEBUG") else "Info"},

@@ -53,11 +53,15 @@ _COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("database_errors", "db_errors", "Failed purge, reset or quarantine attempts (retried)."),
     ("leader_acquisitions", "leader_acquisitions", "Times this process became the leader."),
     ("leader_refreshes", "leader_refreshes", "Leader id refreshes forcing a remark (after errors, missed deadlines)."),
+    ("transactions_committed", "transactions_committed", "Kafka transactions committed (delivery: exactly-once)."),
+    ("transactions_aborted", "transactions_aborted", "Kafka transactions aborted; their records are remarked."),
+    ("producer_fencings", "producer_fencings", "Times a newer leader's producer fenced this one's transactions."),
 )
 
 _HISTOGRAMS: tuple[tuple[str, str, str], ...] = (
     ("mark_duration_seconds", "mark_seconds", "Time a mark statement took."),
     ("purge_duration_seconds", "purge_seconds", "Time a purge took, retries included."),
+    ("transaction_duration_seconds", "transaction_seconds", "Time from a transaction's begin to its commit."),
 )
 
 

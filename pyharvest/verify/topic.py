@@ -55,6 +55,9 @@ def verify_topic(
         "group.id": f"pyharvest-verify-{uuid.uuid4().hex[:8]}",  # never joined: partitions are assigned
         "enable.auto.commit": False,
         "enable.partition.eof": False,
+        # librdkafka's default, stated: records of aborted transactions (delivery: exactly-once
+        # after a failover) are never read, and what is read is what consumers see.
+        "isolation.level": "read_committed",
         **(consumer_config or {}),
         "logger": librdkafka_logger(),
     }

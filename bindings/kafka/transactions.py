@@ -1,0 +1,293 @@
+"""confluent-kafka's transactions behind the engine's exactly-once protocols
+(:class:`~pyharvest.core.kafka.TransactionalProducer`, the progress topic's read and creation)."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import NewPartitions, NewTopic  # type: ignore[attr-defined]
+
+from pyharvest.bindings.kafka.confluent import (
+    ConfluentClients,
+    ConfluentProducer,
+    _admin,
+    _client_config,
+    refused_configuration,
+)
+from pyharvest.core.kafka import DeliveryCallback, KafkaConfigMap, ProduceError, TopicError, TransactionError
+
+__all__ = [
+    "ConfluentTransactionalClients",
+    "ConfluentTransactionalProducer",
+    "ensure_progress_topic",
+    "last_committed",
+    "probe_transactions",
+]
+
+log = logging.getLogger("pyharvest.kafka")
+
+_FENCED = frozenset(
+    c
+    for c in (getattr(KafkaError, n, None) for n in ("PRODUCER_FENCED", "_FENCED", "INVALID_PRODUCER_EPOCH"))
+    if c is not None
+)
+# What a cluster without transactions answers (an old broker, or a development broker).
+_UNSUPPORTED = frozenset(
+    c
+    for c in (
+        getattr(KafkaError, n, None)
+        for n in ("UNSUPPORTED_VERSION", "_UNSUPPORTED_FEATURE", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+    )
+    if c is not None
+)
+
+# Records read back per step when looking for a partition's last committed record: each
+# transaction leaves one progress record and one commit marker in it.
+_WINDOW = 64
+
+
+def transaction_error(e: KafkaException) -> TransactionError:
+    err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+    if err is None:
+        return TransactionError("fatal", str(e))
+    text = f"{err.name()}: {err.str()}"
+    if err.code() in _FENCED:
+        return TransactionError("fenced", text)
+    if err.code() in _UNSUPPORTED:
+        return TransactionError("unsupported", text)
+    if err.fatal():
+        return TransactionError("fatal", text)
+    if err.txn_requires_abort():
+        return TransactionError("abortable", text)
+    if err.retriable():
+        return TransactionError("retriable", text)
+    return TransactionError("fatal", text)
+
+
+class ConfluentTransactionalProducer(ConfluentProducer):
+    """A producer with a ``transactional.id``. Only the thread running its transactions
+    produces and polls it: no other thread serves its delivery reports."""
+
+    def produce(
+        self,
+        topic: str,
+        key: str,
+        value: bytes | str | None,
+        headers: Sequence[tuple[str, str | bytes]],
+        on_delivery: DeliveryCallback,
+        partition: int | None = None,
+    ) -> None:
+        try:
+            super().produce(topic, key, value, headers, on_delivery, partition)
+        except ProduceError as e:
+            if e.error.fatal:
+                raise TransactionError("fenced" if "FENCED" in e.error.code.upper() else "fatal", str(e)) from None
+            raise
+
+    def init_transactions(self, timeout: float) -> None:
+        self._call("init_transactions", timeout)
+
+    def begin_transaction(self) -> None:
+        self._call("begin_transaction")
+
+    def commit_transaction(self, timeout: float) -> None:
+        self._call("commit_transaction", timeout)
+
+    def abort_transaction(self, timeout: float) -> None:
+        self._call("abort_transaction", timeout)
+
+    def _call(self, name: str, *args: float) -> None:
+        try:
+            getattr(self._producer, name)(*args)
+        except KafkaException as e:
+            raise transaction_error(e) from None
+
+
+def ensure_progress_topic(config: KafkaConfigMap, topic: str, partitions: int, timeout: float = 10.0) -> None:
+    """Create the progress topic (compacted: only each shard's latest record matters, and it
+    must outlive any retention) or check that it has a partition per shard."""
+    admin = _admin(config)
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException as e:
+        servers = config.get("bootstrap.servers")
+        raise TopicError(f"cannot reach Kafka at bootstrap.servers={servers!r}: {e.args[0].str()}") from None
+    found = metadata.topics.get(topic)
+    if found is not None and found.error is None:
+        have = len(found.partitions)
+        if have >= partitions:
+            return
+        # A shard's progress lives in its own partition, found by number: adding partitions
+        # moves nothing that is already there.
+        futures = admin.create_partitions([NewPartitions(topic, partitions)], operation_timeout=timeout)
+        try:
+            futures[topic].result(timeout)
+        except KafkaException as e:
+            raise TopicError(
+                f"progress topic {topic!r} has {have} partition(s) and {partitions} shards need as many; "
+                f"adding them failed ({e.args[0].str()})"
+            ) from None
+        log.info("added partitions to progress topic %r: %d -> %d", topic, have, partitions)
+        return
+    new = NewTopic(topic, partitions, config={"cleanup.policy": "compact"})
+    futures = admin.create_topics([new], operation_timeout=timeout)
+    try:
+        futures[topic].result(timeout)
+    except KafkaException as e:
+        err = e.args[0]
+        if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return
+        raise TopicError(
+            f"progress topic {topic!r} does not exist and could not be created ({err.str()}); create it "
+            f"compacted (cleanup.policy=compact) with {partitions} partition(s), or grant the harvester CREATE"
+        ) from None
+    log.info("created progress topic %r with %d partition(s)", topic, partitions)
+
+
+def last_committed(config: KafkaConfigMap, topic: str, partition: int, timeout: float) -> bytes | None:
+    """The value of the last record a committed transaction wrote to ``partition``.
+
+    Read backwards in windows from the end: aborted records and commit markers take offsets
+    but are never delivered to a ``read_committed`` consumer, and compaction leaves gaps.
+    Called after ``init_transactions``, so no transaction of this shard is open and the
+    partition's end is stable."""
+    cfg = {k: v for k, v in config.items() if not k.startswith(("group.", "enable.auto", "auto.offset", "isolation"))}
+    cfg.update(
+        {
+            "group.id": f"pyharvest-progress-{uuid.uuid4().hex[:8]}",  # never joined: the partition is assigned
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            # At the end of the partition the broker holds a fetch this long for more data
+            # (500 ms by default), and a takeover would wait for it.
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    try:
+        consumer = Consumer(_client_config(cfg))
+    except KafkaException as e:
+        raise refused_configuration("consumer", e) from None
+    deadline = time.monotonic() + timeout
+    try:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout, cached=False)
+        except KafkaException as e:
+            raise TopicError(f"cannot read the offsets of {topic!r} partition {partition}: {e.args[0].str()}") from None
+        end, step = high, _WINDOW
+        while end > low:
+            start = max(low, end - step)
+            found = _last_value(consumer, TopicPartition(topic, partition, start), end, deadline)
+            if found is not None:
+                return found
+            end, step = start, step * 4
+        return None
+    finally:
+        consumer.close()
+
+
+def _last_value(consumer: Consumer, tp: TopicPartition, end: int, deadline: float) -> bytes | None:
+    """The last committed value in offsets [tp.offset, end), reading up to the partition's end."""
+    consumer.assign([tp])
+    last: bytes | None = None
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TopicError(f"timed out reading progress topic {tp.topic!r} partition {tp.partition}")
+        msg = consumer.poll(min(remaining, 1.0))
+        if msg is None:
+            continue
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                return last
+            if err.fatal() or err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_AUTHORIZATION_FAILED):
+                raise TopicError(f"cannot read progress topic {tp.topic!r}: {err.str()}")
+            log.debug("progress reader: %s", err.str())
+            continue
+        offset = msg.offset()
+        if offset is not None and offset >= end:
+            return last
+        value = msg.value()
+        if value is not None:
+            last = value if isinstance(value, bytes) else str(value).encode()
+
+
+def probe_transactions(config: KafkaConfigMap, topic: str, partition: int, timeout: float) -> None:
+    """Abort a transaction of one record in ``topic`` and check that a ``read_committed``
+    consumer does not see it. A broker may accept every transactional request and still
+    show aborted records (the embedded development broker does): exactly-once would then
+    publish duplicates without a word. ``config`` is a producer's, with its ``transactional.id``."""
+    producer = ConfluentTransactionalProducer(config)
+    offsets: list[int] = []
+
+    def delivered(err: KafkaError | None, msg: Message) -> None:
+        offset = msg.offset()
+        if err is None and offset is not None:
+            offsets.append(offset)
+
+    try:
+        producer.init_transactions(timeout)
+        producer.begin_transaction()
+        raw = producer._producer
+        raw.produce(topic, b"", b"pyharvest-probe", partition, on_delivery=delivered)
+        raw.flush(timeout)
+        producer.abort_transaction(timeout)
+    finally:
+        producer.close()
+    if not offsets:
+        raise TransactionError("unsupported", "the probe record of an aborted transaction was not acknowledged")
+    # A reader with the producer's connection settings, none of its producer properties.
+    reader = {
+        k: v for k, v in config.items() if k == "bootstrap.servers" or k.startswith(("security.", "sasl.", "ssl."))
+    }
+    consumer = Consumer(
+        _client_config(
+            {
+                **reader,
+                "group.id": f"pyharvest-probe-{uuid.uuid4().hex[:8]}",  # never joined: the partition is assigned
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 10,
+            }
+        )
+    )
+    try:
+        consumer.assign([TopicPartition(topic, partition, offsets[0])])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                return
+            if err is None and msg.offset() == offsets[0]:
+                raise TransactionError(
+                    "unsupported", "it showed an aborted record to a read_committed consumer (no transaction isolation)"
+                )
+        raise TransactionError("unsupported", "reading back the probe of an aborted transaction timed out")
+    finally:
+        consumer.close()
+
+
+class ConfluentTransactionalClients(ConfluentClients):
+    """:class:`~pyharvest.bindings.kafka.confluent.ConfluentClients` that can also publish
+    exactly once (:class:`~pyharvest.core.kafka.TransactionalKafkaClients`): what
+    :class:`pyharvest.Harvest` uses."""
+
+    def transactional_producer(self, config: KafkaConfigMap) -> ConfluentTransactionalProducer:
+        return ConfluentTransactionalProducer(config)
+
+    def ensure_progress_topic(self, config: KafkaConfigMap, topic: str, partitions: int, timeout: float = 10.0) -> None:
+        ensure_progress_topic(config, topic, partitions, timeout)
+
+    def probe_transactions(self, config: KafkaConfigMap, topic: str, partition: int, timeout: float) -> None:
+        probe_transactions(config, topic, partition, timeout)
+
+    def last_committed(self, config: KafkaConfigMap, topic: str, partition: int, timeout: float) -> bytes | None:
+        return last_committed(config, topic, partition, timeout)
