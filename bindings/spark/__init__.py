@@ -2,7 +2,10 @@
 
 * ``df.write.format("pyharvest.outbox")``: a DataFrame into the outbox (or rows into a
   table together with their events), all or nothing per job.
-* ``spark.readStream.format("pyharvest.kafka")``: Kafka topics as a stream, through confluent-kafka.
+* :func:`kafka_package`: the coordinate of Spark's own Kafka connector for the installed PySpark,
+  for ``spark.jars.packages``; ``spark.readStream.format("kafka")`` is the documented source.
+* ``spark.readStream.format("pyharvest.kafka")``: Kafka topics as a stream, through
+  confluent-kafka; a fallback where the connector's jars cannot be fetched.
 * :class:`ExactlyOnceSink`: a ``foreachBatch`` function applying each micro-batch to a
   database exactly once.
 
@@ -22,6 +25,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pyharvest.bindings.spark.connector import KAFKA_CONNECTOR, kafka_package
     from pyharvest.bindings.spark.exactly_once import OUTBOX_HEADER, RECORD_ID_HEADER, ExactlyOnceSink
     from pyharvest.bindings.spark.kafka_source import KafkaDataSource
     from pyharvest.bindings.spark.outbox_writer import OutboxDataSource, StagedPartition, WriteJobError
@@ -32,6 +36,8 @@ if TYPE_CHECKING:
 # function, and a Kafka read task then needs neither SQLAlchemy nor a database driver (about a
 # second of a worker's start-up).
 _HOMES = {
+    "KAFKA_CONNECTOR": "connector",
+    "kafka_package": "connector",
     "OUTBOX_HEADER": "exactly_once",
     "RECORD_ID_HEADER": "exactly_once",
     "ExactlyOnceSink": "exactly_once",
@@ -56,6 +62,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "KAFKA_CONNECTOR",
     "OUTBOX_HEADER",
     "RECORD_ID_HEADER",
     "ExactlyOnceSink",
@@ -64,5 +71,6 @@ __all__ = [
     "StagedPartition",
     "WriteJobError",
     "drop_stale_staging",
+    "kafka_package",
     "register",
 ]

@@ -180,7 +180,8 @@ class ExactlyOnceSink:
                 raise ConfigError(
                     "dedupe",
                     f"needs the Kafka columns topic, partition, offset, headers (missing {', '.join(missing)}); "
-                    "keep them in the batch or pass dedupe=False",
+                    "keep them in the batch (Spark's Kafka connector adds headers only with "
+                    '.option("includeHeaders", "true")) or pass dedupe=False',
                 )
             df = df.selectExpr("*", f"{_identity_sql()} AS {IDENTITY_COLUMN}")
         if self.columns:

@@ -1,4 +1,8 @@
-"""The options of ``spark.readStream.format("pyharvest.kafka")``."""
+"""The options of ``spark.readStream.format("pyharvest.kafka")``.
+
+Spark's own connector's names are accepted too (``kafka.bootstrap.servers``, ``subscribe``,
+``includeHeaders``), so that a stream moves between the two by its format's name alone.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +16,10 @@ from pyharvest.core.errors import ConfigError
 __all__ = ["KafkaOptions", "parse_kafka_options"]
 
 # Option names arrive lower-cased (Spark's options are case-insensitive).
+# includeHeaders: the connector's; this source's schema always has the headers column.
 _OWN = frozenset(
-    {"bootstrap.servers", "topics", "subscribe", "startingoffsets", "maxoffsetspertrigger", "fetchtimeout"}
+    {"bootstrap.servers", "topics", "subscribe", "startingoffsets", "maxoffsetspertrigger", "fetchtimeout",
+     "includeheaders"}
 )
 # librdkafka settings the source relies on; a passthrough may not override them.
 _RESERVED = frozenset({"enable.partition.eof", "enable.auto.commit", "group.id"})
@@ -36,7 +42,7 @@ def parse_kafka_options(options: Mapping[str, str]) -> KafkaOptions:
     if unknown:
         raise ConfigError(
             "options",
-            f"unknown option(s) {', '.join(unknown)}; use bootstrap.servers, topics, startingOffsets, "
+            f"unknown option(s) {', '.join(unknown)}; use bootstrap.servers, topics (or subscribe), startingOffsets, "
             "maxOffsetsPerTrigger, fetchTimeout, and kafka.<librdkafka setting> for anything else",
         )
     config: dict[str, Any] = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}

@@ -1,7 +1,9 @@
 """One local SparkSession for the whole Spark suite; the suite is skipped without PySpark.
 
 ``local[2,4]``: two cores, and a failed task is retried up to four times, as on a cluster,
-so the tests can fail a task's first attempt and watch the retry.
+so the tests can fail a task's first attempt and watch the retry. Every session loads Spark's
+Kafka connector (``spark.jars.packages``: ``~/.m2`` or Ivy's cache, else Maven Central on a
+fresh machine), so that the streaming tests run on ``format("kafka")`` as users do.
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ SPARK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable, "P
 def spark_builder(app: str):  # noqa: ANN201 - pyspark's builder type
     from pyspark.sql import SparkSession
 
+    from pyharvest.bindings.spark import kafka_package
+
     return (
         SparkSession.builder.master("local[2,4]")
         .appName(app)
         .config("spark.driver.memory", "768m")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.jars.packages", kafka_package())
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
     )

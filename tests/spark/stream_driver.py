@@ -1,9 +1,10 @@
-"""A streaming driver run as its own process by test_streaming (so the test can SIGKILL it):
-Kafka topic → ExactlyOnceSink → a PostgreSQL table.
+"""A streaming driver run as its own process by test_streaming (so the test can SIGKILL it, or
+run two at once): Kafka topic → ExactlyOnceSink → a PostgreSQL table.
 
-Usage: python -m tests.spark.stream_driver BOOTSTRAP TOPIC URL TABLE CHECKPOINT_DIR MODE
-MODE is ``slow`` (small batches with a pause each, runs until killed) or ``drain``
-(Trigger.AvailableNow: everything available, then exit).
+Usage: python -m tests.spark.stream_driver BOOTSTRAP TOPIC URL TABLE CHECKPOINT_DIR SOURCE MODE
+SOURCE is ``kafka`` (Spark's connector) or ``pyharvest.kafka``. MODE is ``slow`` (small
+batches with a pause each, runs until killed) or ``drain`` (Trigger.AvailableNow: everything
+available, then exit).
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import sys
 import time
 
 
-def main(bootstrap: str, topic: str, url: str, table: str, checkpoint: str, mode: str) -> None:
+def main(bootstrap: str, topic: str, url: str, table: str, checkpoint: str, source: str, mode: str) -> None:
     import os
 
     from tests.spark.conftest import SPARK_ENV, spark_builder
+    from tests.spark.sources import kafka_stream
 
     os.environ.update(SPARK_ENV)
     spark = spark_builder("pyharvest-stream-driver").getOrCreate()
@@ -27,15 +29,14 @@ def main(bootstrap: str, topic: str, url: str, table: str, checkpoint: str, mode
 
     def apply(conn, batch) -> None:  # noqa: ANN001
         rows = zip(batch.column("key").to_pylist(), batch.column("value").to_pylist(),
-                   batch.column("partition").to_pylist(), batch.column("offset").to_pylist())
+                   batch.column("partition").to_pylist(), batch.column("offset").to_pylist(), strict=True)
         insert_rows(conn, table, ["k", "v", "p", "o"], rows)
         if mode == "slow":
-            time.sleep(0.3)  # widen the window in which a kill lands mid-batch
+            time.sleep(0.3)  # widen the window in which a kill (or a second driver) lands mid-batch
 
     sink = ExactlyOnceSink(url, apply=apply, checkpoint_table=f"{table}_batches", columns=["key", "value", "partition", "offset"])
-    reader = (spark.readStream.format("pyharvest.kafka").option("bootstrap.servers", bootstrap).option("topics", topic)
-              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "250" if mode == "slow" else "5000"))
-    writer = reader.load().writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+    stream = kafka_stream(spark, source, bootstrap, topic, 250 if mode == "slow" else 5000)
+    writer = stream.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
     if mode == "drain":
         writer.trigger(availableNow=True).start().awaitTermination()
     else:
@@ -45,4 +46,4 @@ def main(bootstrap: str, topic: str, url: str, table: str, checkpoint: str, mode
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:7])
+    main(*sys.argv[1:8])

@@ -1,4 +1,7 @@
-"""Kafka → Spark → database: every message applied exactly once, across a driver crash."""
+"""Kafka → Spark → database: every message applied exactly once, on Spark's Kafka connector
+(``format("kafka")``, the documented path) and on the ``pyharvest.kafka`` fallback alike:
+through task retries, a SIGKILLed driver, two drivers at once on one checkpoint, and
+messages published twice, the outbox writer's among them."""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,16 +18,26 @@ import sqlalchemy as sa
 from confluent_kafka import Producer
 from pyspark.sql.types import StructType
 
-from pyharvest.bindings.spark import OUTBOX_HEADER, RECORD_ID_HEADER, ExactlyOnceSink
+from pyharvest import Config, Harvest, Limits
+from pyharvest.bindings.spark import OUTBOX_HEADER, RECORD_ID_HEADER, ExactlyOnceSink, kafka_package
 from pyharvest.bindings.spark.exactly_once import insert_rows
 from pyharvest.bindings.spark.kafka_source import KAFKA_SCHEMA
 from pyharvest.bindings.spark.partition_apply import AppliedPartition, PartitionApply
+from pyharvest.bindings.sql import create_outbox_table
+from pyharvest.core.errors import ConfigError
 from tests.fixtures.databases import server_url, unique_table
-from tests.kafka_tools import create_topic
+from tests.kafka_tools import create_topic, read_topic
+from tests.spark.sources import SOURCES, kafka_stream
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(params=SOURCES)
+def source(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 @pytest.fixture
@@ -73,36 +86,196 @@ def _driver(args: list[str]) -> subprocess.Popen[bytes]:
     )
 
 
-def test_killed_driver_restarts_and_applies_every_message_once(kafka_bootstrap, topic_name, pg_table, tmp_path) -> None:  # noqa: ANN001
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """The whole driver dies at once: Python, its JVM and the Python workers (one process group)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    if proc.stdout:
+        proc.stdout.close()
+
+
+def _applied_at_least(proc: subprocess.Popen[bytes], url: str, table: str, rows: int) -> bool:
+    assert proc.poll() is None, proc.stdout.read().decode()[-3000:] if proc.stdout else "the driver exited"
+    return _count(url, f"SELECT count(*) FROM {table}")[0] >= rows
+
+
+def _drain(args: list[str]) -> str:
+    proc = _driver([*args, "drain"])
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out.decode()[-3000:]
+    return out.decode()
+
+
+def test_kafka_package_names_the_connector_of_the_installed_pyspark() -> None:
+    import pyspark
+
+    assert kafka_package() == f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"
+    assert kafka_package("4.2.0.dev1") == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
+    with pytest.raises(ConfigError, match="Spark 4 release"):
+        kafka_package("3.5.1")
+
+
+def test_killed_driver_restarts_and_applies_every_message_once(source, kafka_bootstrap, topic_name, pg_table, tmp_path) -> None:  # noqa: ANN001
     url, table = pg_table
     create_topic(kafka_bootstrap, topic_name, partitions=2)
     n = 3000
     sent = _produce(kafka_bootstrap, topic_name, n, republish_every=50)
-    checkpoint = str(tmp_path / "checkpoint")
-    args = [kafka_bootstrap, topic_name, url, table, checkpoint]
+    args = [kafka_bootstrap, topic_name, url, table, str(tmp_path / "checkpoint"), source]
 
     first = _driver([*args, "slow"])
     try:
-        deadline = time.monotonic() + 120
-        while _count(url, f"SELECT count(*) FROM {table}")[0] < 500:
-            assert first.poll() is None, first.stdout.read().decode()[-3000:] if first.stdout else ""
-            assert time.monotonic() < deadline, "the first driver applied nothing within 120 s"
-            time.sleep(0.2)
+        wait_until(lambda: _applied_at_least(first, url, table, 500), 240, "the first driver to apply 500 messages",
+                   interval=0.2)
     finally:
-        # The whole driver dies at once: Python, its JVM and the Python workers (one process group).
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait(30)
-        if first.stdout:
-            first.stdout.close()
+        _kill(first)
     partial = _count(url, f"SELECT count(*) FROM {table}")[0]
     assert partial < n, "the kill came too late to test anything"
 
-    second = _driver([*args, "drain"])
-    out, _ = second.communicate(timeout=180)
-    assert second.returncode == 0, out.decode()[-3000:]
+    _drain(args)
+    total, distinct = _count(url, f"SELECT count(*), count(DISTINCT v) FROM {table}")
+    assert (total, distinct) == (n, n), f"{total} rows for {n} records ({sent - n} republished in Kafka)"
 
-    total, distinct, duplicates_in_kafka = (*_count(url, f"SELECT count(*), count(DISTINCT v) FROM {table}"), sent - n)
-    assert (total, distinct) == (n, n), f"{total} rows for {n} records ({duplicates_in_kafka} republished in Kafka)"
+
+def test_two_drivers_at_once_on_one_checkpoint_apply_every_message_once(source, kafka_bootstrap, topic_name, pg_table, tmp_path) -> None:  # noqa: ANN001
+    """A driver taken for dead goes on running while its replacement starts from the same
+    checkpoint: both run the same batch's tasks at once, and the partitions' rows admit one
+    attempt each. Spark lets only one of them write the checkpoint's next batch (the other
+    fails or stops); a last run drains what is left."""
+    url, table = pg_table
+    create_topic(kafka_bootstrap, topic_name, partitions=2)
+    n = 3000
+    _produce(kafka_bootstrap, topic_name, n, republish_every=50)
+    args = [kafka_bootstrap, topic_name, url, table, str(tmp_path / "checkpoint"), source]
+
+    zombie = _driver([*args, "slow"])
+    try:
+        wait_until(lambda: _applied_at_least(zombie, url, table, 250), 240, "the first driver's first batch",
+                   interval=0.2)
+        replacement = _driver([*args, "drain"])
+        replacement.communicate(timeout=300)  # either outcome is allowed: it may lose the checkpoint's race
+    finally:
+        _kill(zombie)
+    _drain(args)
+    assert _count(url, f"SELECT count(*), count(DISTINCT v) FROM {table}") == (n, n)
+    # Both drivers ran under the query id kept in the checkpoint: one set of batches.
+    assert _count(url, f"SELECT count(DISTINCT query_id) FROM {table}_batches") == (1,)
+
+
+class _FailAfterCommit(PartitionApply):
+    """Partition 1's first attempt fails after its transaction committed (as a task can, e.g.
+    when its executor is lost before it reports): Spark retries it."""
+
+    failures = ""  # a directory: each injected failure leaves a file there
+
+    def __call__(self, *args, **kwargs) -> AppliedPartition:  # noqa: ANN002, ANN003
+        from pyspark import TaskContext
+
+        done = super().__call__(*args, **kwargs)
+        ctx = TaskContext.get()
+        if ctx.partitionId() == 1 and ctx.attemptNumber() == 0:
+            Path(self.failures, f"after-commit-{ctx.taskAttemptId()}").touch()
+            raise RuntimeError("injected failure after the partition committed")
+        return done
+
+
+def _apply_failing_partition_2_once(table: str, failures: str):  # noqa: ANN202
+    def apply(conn, batch) -> None:  # noqa: ANN001
+        from pyspark import TaskContext
+
+        rows = zip(batch.column("value").to_pylist(), batch.column("offset").to_pylist(), strict=True)
+        insert_rows(conn, table, ["v", "o"], rows)
+        ctx = TaskContext.get()
+        if ctx.partitionId() == 2 and ctx.attemptNumber() == 0:
+            Path(failures, f"before-commit-{ctx.taskAttemptId()}").touch()
+            raise RuntimeError("injected failure after the rows went in, before the commit")
+
+    return apply
+
+
+def test_executors_apply_each_message_once_through_task_retries(source, spark, kafka_bootstrap, topic_name, pg_table, tmp_path) -> None:  # noqa: ANN001
+    """local[2,4], four Kafka partitions: partition 2's first attempt fails inside its
+    transaction, partition 1's after its commit; Spark retries both. Every record is applied
+    once, republished ones included."""
+    url, table = pg_table
+    create_topic(kafka_bootstrap, topic_name, partitions=4)
+    n = 2000
+    sent = _produce(kafka_bootstrap, topic_name, n, republish_every=100)
+    failures = tmp_path / "failures"
+    failures.mkdir()
+
+    apply = _apply_failing_partition_2_once(table, str(failures))
+    sink = ExactlyOnceSink(url, apply=apply, checkpoint_table=f"{table}_batches", columns=["value", "offset"])
+    sink._tasks = _FailAfterCommit(url, None, f"{table}_batches", "default", True, apply)
+    sink._tasks.failures = str(failures)
+    query = (kafka_stream(spark, source, kafka_bootstrap, topic_name, sent).writeStream.foreachBatch(sink)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    query.awaitTermination()
+    assert query.exception() is None
+
+    # Every batch's partitions 1 and 2 failed once (one batch when the source honours the limit).
+    batches = sink.applied_batches
+    assert batches >= 1
+    assert sorted(f.name.split("-")[0] for f in failures.iterdir()) == ["after"] * batches + ["before"] * batches
+    assert _count(url, f"SELECT count(*), count(DISTINCT v) FROM {table}") == (n, n)
+    assert sink.dropped_duplicates == sent - n
+    assert _count(url, f"SELECT count(*), sum(input_rows), sum(applied_rows) FROM {table}_batches_tasks") == (
+        4 * batches, sent, n)
+
+
+def test_outbox_writer_rows_come_back_through_kafka_once(source, spark, kafka_bootstrap, topic_name, pg_table, tmp_path) -> None:  # noqa: ANN001
+    """DataFrame → outbox (``pyharvest.outbox``) → the harvester → Kafka → the sink: each row
+    applied once, though a tenth of them were published twice (as the harvester may, at least
+    once, when an acknowledgement is lost: same identity headers, same partition)."""
+    url, table = pg_table
+    outbox = f"{table}_outbox"  # dropped with the fixture's tables
+    create_outbox_table(url, outbox)
+    create_topic(kafka_bootstrap, topic_name, partitions=4)
+    n = 1000
+    rows = spark.range(0, n, numPartitions=2).selectExpr(
+        f"'{topic_name}' AS topic", "cast(id % 37 AS string) AS key", "cast(concat('row-', cast(id AS string)) AS binary) AS value")
+    rows.write.format("pyharvest.outbox").option("url", url).option("table", outbox).mode("append").save()
+
+    harvest = Harvest(Config(base_kafka_config={"bootstrap.servers": kafka_bootstrap},
+                             leader_group_id=f"spark-rt-{uuid.uuid4().hex[:8]}", data_source=url, outbox_table=outbox,
+                             limits=Limits(heartbeat_timeout=2.0, min_poll_interval=0.05)))
+    harvest.start()
+    try:
+        wait_until(lambda: _count(url, f"SELECT count(*) FROM {outbox}") == (0,), 120,
+                   "the harvester to publish and purge the outbox", interval=0.2)
+    finally:
+        harvest.stop()
+        assert harvest.join(30)
+    published = read_topic(kafka_bootstrap, topic_name, expect=n)
+    assert len(published) >= n
+    again = published[::10]
+    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    for partition, key, value, headers in again:
+        p.produce(topic_name, key=key, value=value, headers=headers, partition=partition)
+    p.flush(30)
+    sent = len(published) + len(again)
+
+    def apply(conn, batch) -> None:  # noqa: ANN001
+        insert_rows(conn, table, ["v", "p", "o"], zip(batch.column("value").to_pylist(),
+                                                     batch.column("partition").to_pylist(),
+                                                     batch.column("offset").to_pylist(), strict=True))
+
+    sink = ExactlyOnceSink(url, apply=apply, checkpoint_table=f"{table}_batches", columns=["value", "partition", "offset"])
+    query = (kafka_stream(spark, source, kafka_bootstrap, topic_name, 400).writeStream.foreachBatch(sink)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    query.awaitTermination()
+    assert query.exception() is None
+    assert _count(url, f"SELECT count(*), count(DISTINCT v) FROM {table}") == (n, n)
+    assert sink.dropped_duplicates == sent - n
+
+
+def test_without_headers_the_sink_names_the_connector_option(spark, pg_table) -> None:  # noqa: ANN001
+    url, table = pg_table
+    sink = ExactlyOnceSink(url, apply=lambda conn, batch: None, checkpoint_table=f"{table}_batches", query_id="q-h")
+    df = spark.createDataFrame([("t", 0, 0, b"k", b"v")], "topic string, partition int, offset long, key binary, value binary")
+    with pytest.raises(ConfigError, match=r'includeHeaders", "true"'):
+        sink(df, 0)
+    assert sink.applied_batches == 0
 
 
 def test_sink_skips_replayed_batches_and_remembered_records(spark, pg_table) -> None:  # noqa: ANN001
@@ -129,67 +302,6 @@ def test_sink_skips_replayed_batches_and_remembered_records(spark, pg_table) -> 
     finally:
         engine.dispose()
     assert applied == [1, 2, 3, 4, 5]
-
-
-class _FailAfterCommit(PartitionApply):
-    """Partition 1's first attempt fails after its transaction committed (as a task can, e.g.
-    when its executor is lost before it reports): Spark retries it."""
-
-    def __call__(self, *args, **kwargs) -> AppliedPartition:  # noqa: ANN002, ANN003
-        from pyspark import TaskContext
-
-        done = super().__call__(*args, **kwargs)
-        ctx = TaskContext.get()
-        if ctx.partitionId() == 1 and ctx.attemptNumber() == 0:
-            raise RuntimeError("injected failure after the partition committed")
-        return done
-
-
-def _apply_failing_partition_2_once(table: str):  # noqa: ANN202
-    def apply(conn, batch) -> None:  # noqa: ANN001
-        from pyspark import TaskContext
-
-        rows = zip(batch.column("key").to_pylist(), batch.column("offset").to_pylist(), strict=True)
-        insert_rows(conn, table, ["k", "o"], ((k.decode(), o) for k, o in rows))
-        ctx = TaskContext.get()
-        if ctx.partitionId() == 2 and ctx.attemptNumber() == 0:
-            raise RuntimeError("injected failure after the rows went in, before the commit")
-
-    return apply
-
-
-def test_executors_apply_each_message_once_through_task_retries(spark, pg_table) -> None:  # noqa: ANN001
-    """local[2,4]: partition 2's first attempt fails inside its transaction, partition 1's after
-    its commit; Spark retries both. Every record is applied once, republished ones included."""
-    url, table = pg_table
-    n = 2000
-    rows = []
-    for i in range(n):
-        headers = [(OUTBOX_HEADER, b"orders_outbox"), (RECORD_ID_HEADER, str(i).encode())]
-        for _ in range(2 if i % 100 == 0 else 1):  # every 100th record published twice
-            rows.append(("orders", 0, len(rows), f"r{i}".encode(), b"v", headers, None))
-    df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 4), StructType.fromDDL(KAFKA_SCHEMA))
-
-    apply = _apply_failing_partition_2_once(table)
-    sink = ExactlyOnceSink(url, apply=apply, checkpoint_table=f"{table}_batches", query_id="q-retries",
-                           columns=["key", "offset"])
-    sink._tasks = _FailAfterCommit(url, None, f"{table}_batches", "default", True, apply)
-    sc = spark.sparkContext
-    sc.setJobGroup("pyharvest-sink-retries", "injected task failures")
-    try:
-        sink(df, 0)
-    finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)
-    tracker = sc.statusTracker()
-    stages = [s for j in tracker.getJobIdsForGroup("pyharvest-sink-retries") for s in tracker.getJobInfo(j).stageIds]
-    assert sum(tracker.getStageInfo(s).numFailedTasks for s in stages) == 2  # both failures happened
-
-    assert _count(url, f"SELECT count(*), count(DISTINCT k) FROM {table}") == (n, n)
-    assert (sink.applied_batches, sink.dropped_duplicates) == (1, len(rows) - n)
-    assert _count(url, f"SELECT count(*), sum(input_rows), sum(applied_rows) FROM {table}_batches_tasks") == (
-        4, len(rows), n)
-    sink(df, 0)  # replayed after it was recorded: skipped whole
-    assert sink.skipped_batches == 1 and _count(url, f"SELECT count(*) FROM {table}") == (n,)
 
 
 def test_sink_without_pandas_says_what_to_install(monkeypatch) -> None:  # noqa: ANN001
