@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import cast
 
@@ -130,10 +131,12 @@ def check_transactions(kafka: KafkaClients, config: Config) -> None:
         kafka.ensure_progress_topic(config.base_kafka_config, config.progress_topic, config.shards + 1)
     except TopicError as e:
         raise HarvestError(f"delivery: exactly-once: {e}") from None
-    # A fixed id per group, never a shard's: initialising it fences no leader. Its partition
-    # is one past the shards': a leader's open transaction there would hold the probe's
-    # read_committed read back until it ends.
-    probe_config = {**producer_config(config), "transactional.id": f"pyharvest.{config.leader_group_id}.probe"}
+    # An id of its own, never a shard's: initialising it fences no leader; and never another
+    # process's, whose probe it would fence when both start at once (Kafka forgets an idle id
+    # after transactional.id.expiration.ms, 7 days). Its partition is one past the shards': a
+    # leader's open transaction there would hold the probe's read_committed read back.
+    probe_id = f"pyharvest.{config.leader_group_id}.probe.{uuid.uuid4().hex[:12]}"
+    probe_config = {**producer_config(config), "transactional.id": probe_id}
     try:
         kafka.probe_transactions(probe_config, config.progress_topic, config.shards, TRANSACTION_CALL_SECONDS)
     except TransactionError as e:

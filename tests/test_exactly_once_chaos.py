@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import time
 
 import pytest
 
@@ -18,10 +17,10 @@ from benchmarks.topic_check import read_back
 from pyharvest.bindings.sql import create_outbox_table
 from tests.fixtures.kafka import on_embedded_broker
 from tests.kafka_tools import create_topic
-from tests.test_failover import Reaper, wait_for
+from tests.test_failover import wait_for
 from tests.test_faults import Writer
 from tests.test_harvest_e2e import outbox_count
-from tests.test_sharded_chaos import SHARDS, live_databases, shards_of, stop_all, write_config
+from tests.test_sharded_chaos import SHARDS, Spawner, live_databases, shards_of, stop_all, stop_at_random, write_config
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(360)]
 
@@ -38,13 +37,7 @@ def test_kills_stops_and_a_frozen_leader_publish_every_record_exactly_once(
     create_outbox_table(database_url, table_name, shards=SHARDS)
     create_topic(kafka_bootstrap, topic_name, partitions=4)
     cfg = write_config(tmp_path, kafka_bootstrap, database_url, table_name, delivery="exactly-once")
-    spawned = 0
-
-    def spawn() -> Reaper:
-        nonlocal spawned
-        spawned += 1
-        return Reaper(cfg, tmp_path / f"reaper-{spawned}.log")
-
+    spawn = Spawner(cfg, tmp_path)
     reapers = [spawn() for _ in range(3)]
     writer = Writer(database_url, table_name, topic_name, keys=200, batch=20, pause=0.02).start()
     actions: list[str] = []
@@ -62,21 +55,11 @@ def test_kills_stops_and_a_frozen_leader_publish_every_record_exactly_once(
             "the frozen leader's shards to move",
         )
         frozen.signal(signal.SIGCONT)
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            time.sleep(rnd.uniform(2, 4))
-            victims = [r for r in reapers if shards_of(r)]
-            if not victims:
-                continue
-            victim = rnd.choice(victims)
-            action = rnd.choice(("SIGKILL", "SIGTERM"))
-            victim.signal(signal.SIGKILL if action == "SIGKILL" else signal.SIGTERM)
-            code = victim.wait(30)
-            assert action == "SIGKILL" or code == 0, victim.log()[-3000:]
-            actions.append(action)
-            reapers[reapers.index(victim)] = spawn()
+        actions += stop_at_random(reapers, spawn, rnd, seconds, pause=(2, 4))
         writer.stop()
         wait_for(lambda: outbox_count(database_url, table_name) == 0, 150, "the survivors to drain the outbox")
+        died = [r for r in reapers if r.proc.poll() is not None]
+        assert not died, f"a reaper exited by itself: {died[0].log()[-3000:]}"
     finally:
         writer._stop.set()
         stop_all(reapers)

@@ -12,15 +12,16 @@ import signal
 import time
 import uuid
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from tests.fixtures.kafka import on_embedded_broker
 from benchmarks.topic_check import NUDGE_KEY, read_back
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.shards import shard_of
+from tests.fixtures.kafka import on_embedded_broker
 from tests.kafka_tools import create_topic
 from tests.test_failover import Reaper, wait_for
 from tests.test_faults import Writer
@@ -103,6 +104,46 @@ def stop_all(reapers: list[Reaper]) -> None:
             r.wait(5)
 
 
+class Spawner:
+    """Starts reaper processes on one config, each with a log of its own."""
+
+    def __init__(self, config: object, logs: Path) -> None:
+        self._config, self._logs, self.spawned = config, logs, 0
+
+    def __call__(self) -> Reaper:
+        self.spawned += 1
+        return Reaper(self._config, self._logs / f"reaper-{self.spawned}.log")
+
+
+def stop_at_random(reapers: list[Reaper], spawn: Spawner, rnd: random.Random, seconds: float,
+                   pause: tuple[float, float]) -> list[str]:
+    """For ``seconds``: every ``pause`` seconds (a random span), SIGKILL or SIGTERM a random
+    process that leads a shard and start a new one in its place. Returns what was done."""
+    actions: list[str] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(rnd.uniform(*pause))
+        victims = [r for r in reapers if shards_of(r)]
+        if not victims:
+            continue
+        victim = rnd.choice(victims)
+        action = rnd.choice(("SIGKILL", "SIGTERM"))
+        if action == "SIGTERM" and on_embedded_broker():
+            # The embedded broker (Tansu 0.6) does not complete a rebalance whose group leader
+            # left with LeaveGroup while it was under way: every member is left without an
+            # assignment for minutes (tests/kafka_repro_leader_leave.py shows it without
+            # pyharvest; a SIGKILLed leader is replaced). Apache Kafka elects another leader,
+            # so there the stop stays at a random moment.
+            wait_for(lambda: settled(reapers), 60, "the group to settle before a graceful stop")
+            victim = rnd.choice([r for r in reapers if shards_of(r)])
+        victim.signal(signal.SIGKILL if action == "SIGKILL" else signal.SIGTERM)
+        code = victim.wait(30)
+        assert action == "SIGKILL" or code == 0, victim.log()[-3000:]
+        actions.append(action)
+        reapers[reapers.index(victim)] = spawn()
+    return actions
+
+
 def test_a_killed_process_stalls_only_its_own_shards(
     dialect, database_url, table_name, topic_name, kafka_bootstrap, tmp_path, group_protocol
 ):
@@ -162,39 +203,13 @@ def test_random_kills_lose_and_reorder_nothing(
     create_outbox_table(database_url, table_name, shards=SHARDS)
     create_topic(kafka_bootstrap, topic_name, partitions=4)
     cfg = write_config(tmp_path, kafka_bootstrap, database_url, table_name, group_protocol)
-    spawned = 0
-
-    def spawn() -> Reaper:
-        nonlocal spawned
-        spawned += 1
-        return Reaper(cfg, tmp_path / f"reaper-{spawned}.log")
-
+    spawn = Spawner(cfg, tmp_path)
     reapers = [spawn() for _ in range(3)]
     writer = Writer(database_url, table_name, topic_name, keys=200, batch=20, pause=0.02).start()
     actions: list[str] = []
     try:
         wait_for(lambda: any(shards_of(r) for r in reapers), 90, "a first shard leader")
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            time.sleep(rnd.uniform(3, 5))
-            victims = [r for r in reapers if shards_of(r)]
-            if not victims:
-                continue
-            victim = rnd.choice(victims)
-            action = rnd.choice(("SIGKILL", "SIGTERM"))
-            if action == "SIGTERM" and on_embedded_broker():
-                # The embedded broker (Tansu 0.6) does not complete a rebalance whose group leader
-                # left with LeaveGroup while it was under way: every member is left without an
-                # assignment for minutes (tests/kafka_repro_leader_leave.py shows it without
-                # pyharvest; a SIGKILLed leader is replaced). Apache Kafka elects another leader,
-                # so there the stop stays at a random moment.
-                wait_for(lambda: settled(reapers), 60, "the group to settle before a graceful stop")
-                victim = rnd.choice([r for r in reapers if shards_of(r)])
-            victim.signal(signal.SIGKILL if action == "SIGKILL" else signal.SIGTERM)
-            code = victim.wait(30)
-            assert action == "SIGKILL" or code == 0, victim.log()[-3000:]
-            actions.append(action)
-            reapers[reapers.index(victim)] = spawn()
+        actions += stop_at_random(reapers, spawn, rnd, seconds, pause=(3, 5))
         writer.stop()
         wait_for(lambda: outbox_count(database_url, table_name) == 0, 150, "the survivors to drain the outbox")
     finally:

@@ -148,17 +148,28 @@ def ensure_progress_topic(config: KafkaConfigMap, topic: str, partitions: int, t
     log.info("created progress topic %r with %d partition(s)", topic, partitions)
 
 
-def last_committed(config: KafkaConfigMap, topic: str, partition: int, timeout: float) -> bytes | None:
-    """The value of the last record a committed transaction wrote to ``partition``.
+# Properties of the harvester's clients that a reader of committed records must not take.
+_NOT_FOR_THE_READER = (
+    "group.",
+    "enable.auto",
+    "auto.offset",
+    "isolation",
+    "transaction",
+    "enable.idempotence",
+    "delivery.timeout",
+    "message.timeout",
+    "linger",
+    "queue.buffering",
+)
 
-    Read backwards in windows from the end: aborted records and commit markers take offsets
-    but are never delivered to a ``read_committed`` consumer, and compaction leaves gaps.
-    Called after ``init_transactions``, so no transaction of this shard is open and the
-    partition's end is stable."""
-    cfg = {k: v for k, v in config.items() if not k.startswith(("group.", "enable.auto", "auto.offset", "isolation"))}
+
+def _committed_reader(config: KafkaConfigMap, purpose: str) -> Consumer:
+    """A ``read_committed`` consumer with ``config``'s connection settings, for partitions it
+    assigns itself (it never joins its group)."""
+    cfg = {k: v for k, v in config.items() if not k.startswith(_NOT_FOR_THE_READER)}
     cfg.update(
         {
-            "group.id": f"pyharvest-progress-{uuid.uuid4().hex[:8]}",  # never joined: the partition is assigned
+            "group.id": f"pyharvest-{purpose}-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "isolation.level": "read_committed",
@@ -168,9 +179,19 @@ def last_committed(config: KafkaConfigMap, topic: str, partition: int, timeout: 
         }
     )
     try:
-        consumer = Consumer(_client_config(cfg))
+        return Consumer(_client_config(cfg))
     except KafkaException as e:
         raise refused_configuration("consumer", e) from None
+
+
+def last_committed(config: KafkaConfigMap, topic: str, partition: int, timeout: float) -> bytes | None:
+    """The value of the last record a committed transaction wrote to ``partition``.
+
+    Read backwards in windows from the end: aborted records and commit markers take offsets
+    but are never delivered to a ``read_committed`` consumer, and compaction leaves gaps.
+    Called after ``init_transactions``, so no transaction of this shard is open and the
+    partition's end is stable."""
+    consumer = _committed_reader(config, "progress")
     deadline = time.monotonic() + timeout
     try:
         try:
@@ -240,22 +261,7 @@ def probe_transactions(config: KafkaConfigMap, topic: str, partition: int, timeo
         producer.close()
     if not offsets:
         raise TransactionError("unsupported", "the probe record of an aborted transaction was not acknowledged")
-    # A reader with the producer's connection settings, none of its producer properties.
-    reader = {
-        k: v for k, v in config.items() if k == "bootstrap.servers" or k.startswith(("security.", "sasl.", "ssl."))
-    }
-    consumer = Consumer(
-        _client_config(
-            {
-                **reader,
-                "group.id": f"pyharvest-probe-{uuid.uuid4().hex[:8]}",  # never joined: the partition is assigned
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "isolation.level": "read_committed",
-                "fetch.wait.max.ms": 10,
-            }
-        )
-    )
+    consumer = _committed_reader(config, "probe")
     try:
         consumer.assign([TopicPartition(topic, partition, offsets[0])])
         deadline = time.monotonic() + timeout
