@@ -89,6 +89,12 @@ class ConfluentTransactionalProducer(ConfluentProducer):
             raise
 
     def init_transactions(self, timeout: float) -> None:
+        # A producer that has no broker connection yet when it asks for its producer id waits
+        # for a retry timer (seen: 0.5 s of a takeover); a metadata request connects it first.
+        try:
+            self._producer.list_topics(timeout=timeout)
+        except KafkaException as e:
+            raise transaction_error(e) from None
         self._call("init_transactions", timeout)
 
     def begin_transaction(self) -> None:
