@@ -56,6 +56,17 @@ def ready(ops) -> int:
         return -1
 
 
+def thread_stacks() -> str:
+    """Where every thread of this process is: what a harvester that does not recover waits on."""
+    import sys
+    import threading
+    import traceback
+
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return "\n".join(f"--- thread {names.get(ident, ident)}:\n{''.join(traceback.format_stack(frame))}"
+                     for ident, frame in sys._current_frames().items())
+
+
 def drain_through(fault, pg_url: str, table_name: str, topic_name: str, kafka: ApacheKafka) -> None:
     """Harvest a backlog (and a writer's fresh records) while ``fault(kafka, ops)`` runs; then
     check that every record arrived once or more, in order per key."""
@@ -77,7 +88,8 @@ def drain_through(fault, pg_url: str, table_name: str, topic_name: str, kafka: A
             except AssertionError as e:
                 # Seen once in about a dozen runs on a loaded machine: say what was still down.
                 raise AssertionError(f"{e}; /readyz: {probe(ops, '/readyz')}; health: {h.health()}; "
-                                     f"leader: {h.is_leader}; in flight: {h.in_flight_records}") from None
+                                     f"leader: {h.is_leader}; in flight: {h.in_flight_records}; the broker's "
+                                     f"log ({kafka.data_dir}) ends:\n{kafka.log_tail()}\n{thread_stacks()}") from None
             writer.stop()
             wait_for(lambda: outbox_count(pg_url, table_name) == 0, 180, "the outbox to drain after the fault")
             # It carried on by itself: the same harvester, still running, still leading.

@@ -88,8 +88,19 @@ class ApacheKafka:
         """Stop it and delete its data directory."""
         self._run("clean")
 
+    def log_tail(self, lines: int = 40) -> str:
+        """The end of the broker's log, for a failure message."""
+        log = self.data_dir / "logs" / "server.log"
+        try:
+            return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError as e:
+            return f"(no broker log: {e})"
+
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        self.clean()
+        if et is None:
+            self.clean()
+        else:  # a failed test keeps the broker's data and log (pytest keeps its tmp_path)
+            self.stop()
 
 
 def _python() -> str:
