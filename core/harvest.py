@@ -30,6 +30,11 @@ The engine's parts, each upholding its share:
 * :mod:`~pyharvest.core.sender`: the producer, and one delivery report per record sent;
 * :mod:`~pyharvest.core.delivery`: reports settled in the database before keys are
   released (2 and 3).
+
+With ``delivery: exactly-once``, :mod:`~pyharvest.core.transactions` takes the place of the
+last four: a Kafka transaction per batch, whose rules (one producer per shard fenced by each
+new leader, a progress record per transaction, a takeover before the first mark) replace the
+per-key barrier.
 """
 
 from __future__ import annotations
