@@ -22,11 +22,11 @@ from typing import Any, cast
 
 from pyharvest.core.binding import DatabaseBinding, QuarantineBinding, QuarantineEntry
 from pyharvest.core.config import Config
-from pyharvest.core.events import DeliveryFailed, Event, MeterRead, RecordQuarantined
+from pyharvest.core.events import Event, MeterRead
+from pyharvest.core.failures import FailedAttempts, before, settle
 from pyharvest.core.kafka import DeliveryError, Producer
-from pyharvest.core.logs import log, one_line
+from pyharvest.core.logs import log
 from pyharvest.core.metrics import HarvestMetrics, Meter
-from pyharvest.core.poison_hints import poison_hint, quarantine_hint
 from pyharvest.core.records import OutboxRecord
 
 __all__ = ["COALESCE_SECONDS", "DeliveryProcessor", "Flight"]
@@ -81,8 +81,8 @@ class DeliveryProcessor:
         self._deadline = deadline
         #: Reports not yet processed, appended by each :class:`Flight` from the producer's poll.
         self.reports = reports
-        # Failed attempts per record id, for the poison policy; only records that failed appear.
-        self._attempts: dict[int, int] = {}
+        # Failed attempts per record, for the poison policy.
+        self._failures = FailedAttempts(config, metrics, emit)
         #: Consecutive batches with a record Kafka refused for good: the remark's backoff grows with it.
         self.poison_streak = 0
         #: A fatal error made the producer unusable; the remark replaces it.
@@ -152,44 +152,21 @@ class DeliveryProcessor:
         self, failed: Sequence[Flight], binding: DatabaseBinding
     ) -> tuple[list[Flight], list[QuarantineEntry]]:
         """Split failures into records to reset (retry) and records to quarantine."""
-        config, metrics, attempts_of = self._config, self._metrics, self._attempts
         # Read at each failure, not once: the policy may be set after construction.
-        quarantine_on = config.poison_policy == "quarantine" and isinstance(binding, QuarantineBinding)
-        max_attempts = config.limits.max_delivery_attempts or 1
-        to_reset: list[Flight] = []
-        to_quarantine: list[QuarantineEntry] = []
-        poison = 0
-        first_hint = ""
-        for f in failed:
-            err = f.error
-            assert err is not None
-            rec = f.record
-            metrics.delivery_errors[err.code] = metrics.delivery_errors.get(err.code, 0) + 1
-            attempts = 1
-            if rec.id is not None:
-                attempts = attempts_of.get(rec.id, 0) + 1
-                attempts_of[rec.id] = attempts
-            hint = ""
-            if not err.retriable:
-                poison += 1
-                hint = poison_hint(err.code, rec.topic, config.poison_policy if quarantine_on else "block")
-                first_hint = first_hint or hint
-            if err.fatal:
-                self.producer_broken = True
-            self._emit(DeliveryFailed(rec.id, rec.key, rec.topic, str(err), err.retriable, attempts, hint))
-            if quarantine_on and not err.retriable and attempts >= max_attempts:
-                to_quarantine.append(QuarantineEntry(rec, str(err), attempts))
-            else:
-                to_reset.append(f)
-        self.poison_streak = self.poison_streak + 1 if poison else 0
+        quarantine_on = self._config.poison_policy == "quarantine" and isinstance(binding, QuarantineBinding)
+        verdicts = self._failures.judge([(f.record, cast(DeliveryError, f.error)) for f in failed], quarantine_on)
+        to_reset = [failed[i] for i in verdicts.retry]
+        if verdicts.fatal:
+            self.producer_broken = True
+        self.poison_streak = self.poison_streak + 1 if verdicts.poison else 0
         first = failed[0]
         log.warning(
             "%d deliveries failed (first: record %s key %r: %s); %s%s",
             len(failed), first.record.id, first.record.key, first.error,
-            "resetting them for a remark" if not to_quarantine else f"quarantining {len(to_quarantine)}",
-            f". To fix the poison record: {first_hint}" if first_hint else "",
+            "resetting them for a remark" if not verdicts.quarantine else f"quarantining {len(verdicts.quarantine)}",
+            f". To fix the poison record: {verdicts.first_hint}" if verdicts.first_hint else "",
         )
-        return to_reset, to_quarantine
+        return to_reset, verdicts.quarantine
 
     def _purge(self, binding: DatabaseBinding, acked: list[int]) -> None:
         metrics = self._metrics
@@ -201,23 +178,11 @@ class DeliveryProcessor:
             metrics.records_purged += purged
             if purged != len(acked):
                 log.warning("purged %d of %d acknowledged records; the rest were already gone", purged, len(acked))
-        if self._attempts:
-            for rid in acked:
-                self._attempts.pop(rid, None)
+        self._failures.settled(acked)
 
     def _quarantine(self, binding: QuarantineBinding, entries: list[QuarantineEntry]) -> None:
-        if self._with_retry("quarantine", binding.quarantine, entries) is None:
-            return
-        self._metrics.records_quarantined += len(entries)
-        for q in entries:
-            self._attempts.pop(q.record.id, None)  # type: ignore[arg-type]
-            hint = quarantine_hint(q.error.split(":", 1)[0], q.record.topic)
-            log.error(
-                "quarantined key %r after %d failed attempts of record %s (topic %r): %s; "
-                "its later records are held back until the key is replayed or discarded. %s",
-                q.record.key, q.attempts, q.record.id, q.record.topic, q.error, hint[:1].upper() + hint[1:],
-            )
-            self._emit(RecordQuarantined(q.record.id, q.record.key, q.record.topic, q.error, q.attempts, hint))
+        if self._with_retry("quarantine", binding.quarantine, entries) is not None:
+            self._failures.quarantined(entries)
 
     def _reset(self, binding: DatabaseBinding, failed: list[Flight]) -> None:
         # Each reset names the leader id the rows were marked under: a late reset must not
@@ -237,19 +202,7 @@ class DeliveryProcessor:
         their rows are settled would break per-key order. Give up only past the deadline,
         leaving the rows marked for the next leader."""
         backoff = self._config.limits.io_error_backoff or 0.0
-        attempt = 0
-        while True:
-            try:
-                return op(items)
-            except Exception as e:  # noqa: BLE001
-                attempt += 1
-                self._metrics.db_errors += 1
-                deadline = self._deadline()
-                if deadline is not None and time.monotonic() > deadline:
-                    log.error("giving up on %s of %d records at shutdown: %s", what, len(items), one_line(e))
-                    return None
-                if attempt == 1 or attempt % 20 == 0:
-                    log.warning(
-                        "%s of %d records failed (attempt %d), retrying: %s", what, len(items), attempt, one_line(e)
-                    )
-                time.sleep(backoff)
+        return settle(
+            what, op, items, metrics=self._metrics, pause=lambda: time.sleep(backoff),
+            may_retry=before(self._deadline), giving_up="at shutdown; the next leader remarks them",
+        )

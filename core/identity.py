@@ -8,7 +8,7 @@ against messages already in Kafka, so both names are fixed here, once.
 
 from __future__ import annotations
 
-__all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "outbox_identity"]
+__all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "identity_stamp", "outbox_identity"]
 
 #: ``<leaderGroupID>/<outboxTable>``: two harvesters of one table share it, two tables do not.
 OUTBOX_HEADER = "pyharvest-outbox"
@@ -19,3 +19,9 @@ RECORD_ID_HEADER = "pyharvest-record-id"
 def outbox_identity(leader_group_id: str, outbox_table: str) -> str:
     """The value of :data:`OUTBOX_HEADER` for one outbox."""
     return f"{leader_group_id}/{outbox_table}"
+
+
+def identity_stamp(leader_group_id: str, outbox_table: str, enabled: bool = True) -> tuple[str, str] | None:
+    """The :data:`OUTBOX_HEADER` header a publisher adds to every message (beside its
+    :data:`RECORD_ID_HEADER`), or None when identity headers are turned off."""
+    return (OUTBOX_HEADER, outbox_identity(leader_group_id, outbox_table)) if enabled else None

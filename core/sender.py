@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 from pyharvest.core.config import Config
 from pyharvest.core.delivery import Flight
-from pyharvest.core.identity import OUTBOX_HEADER, RECORD_ID_HEADER, outbox_identity
+from pyharvest.core.identity import RECORD_ID_HEADER, identity_stamp
 from pyharvest.core.kafka import DeliveryError, KafkaClients, ProduceError, Producer
 from pyharvest.core.logs import log, one_line
 from pyharvest.core.metrics import HarvestMetrics
@@ -50,11 +50,7 @@ class Sender:
         self._kafka = kafka
         self._metrics = metrics
         self._sink = sink
-        self._stamp: tuple[str, str] | None = (
-            (OUTBOX_HEADER, outbox_identity(config.leader_group_id, config.outbox_table))
-            if config.identity_headers
-            else None
-        )
+        self._stamp = identity_stamp(config.leader_group_id, config.outbox_table, config.identity_headers)
         #: ``None`` before :meth:`open` and after :meth:`detach`; the delivery thread polls it.
         self.producer: Producer | None = None
 
