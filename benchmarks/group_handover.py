@@ -8,7 +8,7 @@
 A sharded harvester's shard resumes once the group has given the shard's leader-topic
 partition to a surviving member, and pyharvest's own part after that is short (``shard_bench``'s
 "then": 0.01-0.2 s). This measures the rest, the broker's part, with no harvester: member
-processes with the leader group's own consumer settings (:func:`~pyharvest.core.shard_group.shard_client_configs`:
+processes with the leader group's own consumer settings (:func:`~pyharvest.core.group_protocol.shard_client_configs`:
 the session of ``heartbeatTimeout``, the heartbeat interval, cooperative-sticky) share a topic
 of one partition per shard. Once every partition is owned, one member is stopped (SIGTERM: it
 closes its consumer and leaves the group, as a harvester does; SIGKILL: it just dies), and the
@@ -36,8 +36,7 @@ from typing import IO, Any
 
 from benchmarks.tests_support import create_topic
 from pyharvest.bindings.kafka.confluent import ConfluentClients
-from pyharvest.core.group_protocol import choose_session, wanted_session
-from pyharvest.core.neli import shard_client_configs
+from pyharvest.core.group_protocol import choose_session, shard_client_configs, wanted_session
 
 ROOT = Path(__file__).resolve().parent.parent
 

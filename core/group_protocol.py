@@ -34,6 +34,8 @@ __all__ = [
     "GroupSessions",
     "SessionBounds",
     "choose_session",
+    "leader_client_configs",
+    "shard_client_configs",
     "wanted_session",
 ]
 
@@ -128,3 +130,52 @@ class GroupSessions(Protocol):
     def set_group_session(self, config: KafkaConfigMap, group_id: str, session: GroupSession) -> None:
         """Set the group's session and heartbeat interval; raise :class:`TopicError` if refused."""
         ...
+
+
+def leader_client_configs(
+    config: KafkaConfigMap, group_id: str, heartbeat_timeout: float, group_protocol: str = CLASSIC
+) -> tuple[dict[str, object], dict[str, object]]:
+    """The leader group's consumer configuration, and its heartbeat producer's.
+
+    What leadership waits on: a leader that dies is replaced once the group expires it
+    (``session.timeout.ms``, 3 x ``heartbeatTimeout``) and the broker completes the join;
+    the survivors learn that a rebalance began at their next heartbeat to the group
+    coordinator (``heartbeat.interval.ms``: librdkafka's 3 s would add up to 3 s to every
+    handover, so it is a fifteenth of the session, 1 s by default; a value in the Kafka
+    configuration wins).
+
+    Under the ``consumer`` protocol the broker holds the session and the heartbeat interval
+    (the group's own configuration, set by :class:`~pyharvest.core.neli.ShardGroup` at start) and assigns, so the
+    client settings librdkafka refuses there are left out, the Kafka configuration's included.
+    """
+    session = wanted_session(heartbeat_timeout)
+    if group_protocol == CONSUMER:
+        base = {k: v for k, v in config.items() if k not in CLIENT_SESSION_SETTINGS}
+        consumer: dict[str, object] = {**base, "group.protocol": CONSUMER}
+    else:
+        # The group must not expire a live member before the member fences itself.
+        consumer = {"heartbeat.interval.ms": session.heartbeat_ms, **config, "session.timeout.ms": session.session_ms}
+    consumer.update({"group.id": group_id, "enable.auto.commit": False, "auto.offset.reset": "latest"})
+    return consumer, {**config, "linger.ms": 0, "delivery.timeout.ms": session.heartbeat_timeout_ms}
+
+
+REBALANCE_TIMEOUT_MS = 30_000
+
+
+def shard_client_configs(
+    config: KafkaConfigMap, group_id: str, heartbeat_timeout: float, group_protocol: str = CLASSIC
+) -> tuple[dict[str, object], dict[str, object]]:
+    """The sharded leader group's consumer configuration, and its heartbeat producer's: those
+    of :func:`leader_client_configs`, with incremental rebalancing."""
+    consumer, producer = leader_client_configs(config, group_id, heartbeat_timeout, group_protocol)
+    if group_protocol == CLASSIC:
+        # Incremental: a member joining or leaving moves only the shards that change owner (the
+        # consumer protocol's broker-side assignors always are).
+        consumer["partition.assignment.strategy"] = "cooperative-sticky"
+    # Also the rebalance timeout: how long a rebalance waits for a member that does not
+    # rejoin (or, under the consumer protocol, revoke). librdkafka's 5 minutes left shards
+    # unowned that long after members left mid-rebalance (seen on the embedded broker); the
+    # group thread polls every minPollInterval, and a revocation waits at most for the
+    # in-flight records.
+    consumer["max.poll.interval.ms"] = max(wanted_session(heartbeat_timeout).session_ms, REBALANCE_TIMEOUT_MS)
+    return consumer, producer

@@ -59,10 +59,11 @@ from pyharvest.core.kafka import KafkaClients
 from pyharvest.core.lifecycle import Lifecycle, State
 from pyharvest.core.logs import label_thread, labelled, log, one_line
 from pyharvest.core.metrics import HarvestMetrics
-from pyharvest.core.neli import Leadership, LeaderStatus, Neli
+from pyharvest.core.neli import Leadership, LeaderStatus, Neli, group_settings
+from pyharvest.core.progress import check_transactions
 from pyharvest.core.repeats import CollapsingLogger
 from pyharvest.core.sender import Sender
-from pyharvest.core.transactions import TransactionalPublisher, check_transactions
+from pyharvest.core.transactions import TransactionalPublisher
 
 __all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "HarvestEngine", "Health", "State"]
 
@@ -209,18 +210,10 @@ class HarvestEngine(Lifecycle):
             if self.shard is None:  # a sharded harvester checks once for all its shards
                 check_transactions(self._kafka, cfg)
             self._publisher.use_binding(self._binding)
-        limits = cfg.limits
-        self._neli = self._leadership_source(self._on_leader_status) if self._leadership_source else Neli(
-            self._kafka,
-            cfg.base_kafka_config,
-            cfg.leader_topic,
-            cfg.leader_group_id,
-            cfg.name,
-            heartbeat_timeout=limits.heartbeat_timeout,  # type: ignore[arg-type]
-            min_poll_interval=limits.min_poll_interval,  # type: ignore[arg-type]
-            poll_duration=limits.poll_duration,  # type: ignore[arg-type]
-            on_status=self._on_leader_status,
-            group_protocol=cfg.group_protocol,
+        self._neli = (
+            self._leadership_source(self._on_leader_status)
+            if self._leadership_source
+            else Neli(self._kafka, on_status=self._on_leader_status, **group_settings(cfg))
         )
         self._neli.start()
 

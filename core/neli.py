@@ -31,8 +31,9 @@ import threading
 import time
 from collections.abc import Callable
 from enum import Enum
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from pyharvest.core.config import Config
 from pyharvest.core.errors import TopicError
 from pyharvest.core.group_protocol import (
     CLASSIC,
@@ -41,20 +42,20 @@ from pyharvest.core.group_protocol import (
     GROUP_PROTOCOLS,
     GroupSessions,
     choose_session,
-    wanted_session,
+    leader_client_configs,
+    shard_client_configs,
 )
-from pyharvest.core.kafka import DeliveryError, KafkaClients, KafkaConfigMap, LeaderConsumer, Producer
+from pyharvest.core.heartbeats import Heartbeats
+from pyharvest.core.kafka import KafkaClients, KafkaConfigMap, LeaderConsumer, Producer
 
 __all__ = [
-    "Heartbeats",
     "LeaderStatus",
     "Leadership",
     "Neli",
     "ShardConsumer",
     "ShardGroup",
     "ShardLease",
-    "leader_client_configs",
-    "shard_client_configs",
+    "group_settings",
 ]
 
 log = logging.getLogger("pyharvest.neli")
@@ -66,58 +67,20 @@ class LeaderStatus(Enum):
     FENCED = "fenced"
 
 
-def leader_client_configs(
-    config: KafkaConfigMap, group_id: str, heartbeat_timeout: float, group_protocol: str = CLASSIC
-) -> tuple[dict[str, object], dict[str, object]]:
-    """The leader group's consumer configuration, and its heartbeat producer's.
-
-    What leadership waits on: a leader that dies is replaced once the group expires it
-    (``session.timeout.ms``, 3 x ``heartbeatTimeout``) and the broker completes the join;
-    the survivors learn that a rebalance began at their next heartbeat to the group
-    coordinator (``heartbeat.interval.ms``: librdkafka's 3 s would add up to 3 s to every
-    handover, so it is a fifteenth of the session, 1 s by default; a value in the Kafka
-    configuration wins).
-
-    Under the ``consumer`` protocol the broker holds the session and the heartbeat interval
-    (the group's own configuration, set by :class:`ShardGroup` at start) and assigns, so the
-    client settings librdkafka refuses there are left out, the Kafka configuration's included.
-    """
-    session = wanted_session(heartbeat_timeout)
-    if group_protocol == CONSUMER:
-        base = {k: v for k, v in config.items() if k not in CLIENT_SESSION_SETTINGS}
-        consumer: dict[str, object] = {**base, "group.protocol": CONSUMER}
-    else:
-        # The group must not expire a live member before the member fences itself.
-        consumer = {"heartbeat.interval.ms": session.heartbeat_ms, **config, "session.timeout.ms": session.session_ms}
-    consumer.update({"group.id": group_id, "enable.auto.commit": False, "auto.offset.reset": "latest"})
-    return consumer, {**config, "linger.ms": 0, "delivery.timeout.ms": session.heartbeat_timeout_ms}
-
-
-class Heartbeats:
-    """Publishes a member's heartbeats to its leader-topic partitions. A failed one is only
-    counted and logged now and then: a lost heartbeat is what fencing is for."""
-
-    def __init__(self, topic: str, name: str) -> None:
-        self.topic = topic
-        self.name = name
-        self.errors = 0
-
-    def send(self, producer: Producer | None, partition: int) -> None:
-        assert producer is not None
-        value = f"{time.time_ns()}%{self.name}".encode()
-        try:
-            producer.produce(self.topic, self.name, value, (), self._delivered, partition=partition)
-        except Exception as e:  # noqa: BLE001
-            self._delivered(DeliveryError("PRODUCE", str(e)))
-
-    def _delivered(self, error: DeliveryError | None) -> None:
-        if error is not None:
-            self.errors += 1
-            if self.errors == 1 or self.errors % 100 == 0:
-                log.warning("heartbeat not delivered (%d so far): %s", self.errors, error)
-        elif self.errors:
-            log.info("heartbeats delivered again after %d failures", self.errors)
-            self.errors = 0
+def group_settings(config: Config) -> dict[str, Any]:
+    """A resolved config's leader group, as the keyword arguments of :class:`ShardGroup` and
+    :class:`Neli` (all but the clients, the shards and the callback)."""
+    limits = config.limits
+    return {
+        "kafka_config": config.base_kafka_config,
+        "leader_topic": config.leader_topic,
+        "group_id": config.leader_group_id,
+        "name": config.name,
+        "heartbeat_timeout": limits.heartbeat_timeout,
+        "min_poll_interval": limits.min_poll_interval,
+        "poll_duration": limits.poll_duration,
+        "group_protocol": config.group_protocol,
+    }
 
 
 class Leadership(Protocol):
@@ -142,28 +105,6 @@ class Leadership(Protocol):
 
 
 StatusHandler = Callable[[LeaderStatus], None]
-
-REBALANCE_TIMEOUT_MS = 30_000
-
-
-def shard_client_configs(
-    config: KafkaConfigMap, group_id: str, heartbeat_timeout: float, group_protocol: str = CLASSIC
-) -> tuple[dict[str, object], dict[str, object]]:
-    """The sharded leader group's consumer configuration, and its heartbeat producer's: those
-    of :func:`~pyharvest.core.neli.leader_client_configs`, with incremental rebalancing."""
-    consumer, producer = leader_client_configs(config, group_id, heartbeat_timeout, group_protocol)
-    if group_protocol == CLASSIC:
-        # Incremental: a member joining or leaving moves only the shards that change owner (the
-        # consumer protocol's broker-side assignors always are).
-        consumer["partition.assignment.strategy"] = "cooperative-sticky"
-    # Also the rebalance timeout: how long a rebalance waits for a member that does not
-    # rejoin (or, under the consumer protocol, revoke). librdkafka's 5 minutes left shards
-    # unowned that long after members left mid-rebalance (seen on the embedded broker); the
-    # group thread polls every minPollInterval, and a revocation waits at most for the
-    # in-flight records.
-    consumer["max.poll.interval.ms"] = max(wanted_session(heartbeat_timeout).session_ms, REBALANCE_TIMEOUT_MS)
-    return consumer, producer
-
 
 @runtime_checkable
 class ShardConsumer(LeaderConsumer, Protocol):

@@ -23,10 +23,10 @@ from pyharvest.core.health import Health
 from pyharvest.core.kafka import KafkaClients
 from pyharvest.core.lifecycle import Lifecycle, State
 from pyharvest.core.logs import log, one_line
-from pyharvest.core.neli import ShardGroup
+from pyharvest.core.neli import ShardGroup, group_settings
+from pyharvest.core.progress import check_transactions
 from pyharvest.core.sender import producer_config
 from pyharvest.core.shared_producer import ShardKafkaClients, SharedProducer
-from pyharvest.core.transactions import check_transactions
 
 __all__ = ["ShardedHarvestEngine"]
 
@@ -100,22 +100,11 @@ class ShardedHarvestEngine(Lifecycle):
         source = self._binding_source
         self._binding = source if isinstance(source, ShardableBinding) else source()
         self._binding.for_shard(cfg.shards, 0).dispose()  # refuses a table that cannot be sharded
-        limits = cfg.limits
         if cfg.delivery == "exactly-once":
             check_transactions(self._kafka, cfg)
         self._producer = SharedProducer(self._kafka, producer_config(cfg))
         self._group = ShardGroup(
-            self._kafka,
-            cfg.base_kafka_config,
-            cfg.leader_topic,
-            cfg.leader_group_id,
-            cfg.name,
-            cfg.shards,
-            heartbeat_timeout=limits.heartbeat_timeout,  # type: ignore[arg-type]
-            min_poll_interval=limits.min_poll_interval,  # type: ignore[arg-type]
-            poll_duration=limits.poll_duration,  # type: ignore[arg-type]
-            on_assigned=self._ensure_engine,
-            group_protocol=cfg.group_protocol,
+            self._kafka, shards=cfg.shards, on_assigned=self._ensure_engine, **group_settings(cfg)
         )
         self._group.start()
 

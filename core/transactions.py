@@ -31,130 +31,49 @@ takes over, publishes and purges.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import cast
 
-from pyharvest.core.binding import DatabaseBinding, QuarantineBinding, QuarantineEntry
+from pyharvest.core.binding import DatabaseBinding, QuarantineBinding
 from pyharvest.core.config import Config
-from pyharvest.core.errors import ConfigError, HarvestError
-from pyharvest.core.events import DeliveryFailed, Event, RecordQuarantined
-from pyharvest.core.identity import OUTBOX_HEADER, RECORD_ID_HEADER, outbox_identity
+from pyharvest.core.errors import HarvestError
+from pyharvest.core.events import Event
+from pyharvest.core.failures import FailedAttempts, settle
+from pyharvest.core.identity import RECORD_ID_HEADER, identity_stamp
 from pyharvest.core.kafka import (
     DeliveryError,
     KafkaClients,
     ProduceError,
     TopicError,
-    TransactionalKafkaClients,
     TransactionalProducer,
     TransactionError,
 )
 from pyharvest.core.logs import log, one_line
 from pyharvest.core.metrics import HarvestMetrics
-from pyharvest.core.poison_hints import poison_hint, quarantine_hint
+from pyharvest.core.progress import (
+    TRANSACTION_CALL_SECONDS,
+    decode_progress,
+    encode_progress,
+    transactional_clients,
+    transactional_config,
+)
 from pyharvest.core.records import OutboxRecord
-from pyharvest.core.sender import producer_config
+from pyharvest.core.transaction_window import TransactionWindow
 
-__all__ = [
-    "TransactionalPublisher",
-    "check_transactions",
-    "decode_progress",
-    "encode_progress",
-    "transactional_config",
-    "transactional_id",
-]
-
-PROGRESS_FORMAT = 1
-
-# librdkafka's default. A leader that dies inside a transaction leaves it open until its
-# successor's fence aborts it (within the group's session) or this passes; meanwhile
-# read_committed consumers of the partitions it wrote to wait.
-DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
-
-# How long a commit, an abort or a fence may take before the producer is given up on.
-TRANSACTION_CALL_SECONDS = 30.0
+__all__ = ["TransactionalPublisher"]
 
 # The longest pause before a key held behind a poison record is tried again.
 MAX_POISON_BACKOFF = 10.0
 
 
-def transactional_id(leader_group_id: str, shard: int) -> str:
-    """The ``transactional.id`` of a shard's producers: the same for every leader the shard
-    ever has, so that each new one fences the last."""
-    return f"pyharvest.{leader_group_id}.{shard}"
-
-
-def transactional_config(config: Config, shard: int) -> dict[str, object]:
-    cfg = producer_config(config)
-    cfg["transactional.id"] = transactional_id(config.leader_group_id, shard)
-    cfg.setdefault("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
-    return cfg
-
-
-def encode_progress(leader_id: str, ids: Sequence[int]) -> bytes:
-    """A progress record: the outbox ids a transaction carries, as runs of consecutive ids
-    (a mark takes the oldest rows, so a batch of thousands is usually one run)."""
-    runs: list[list[int]] = []
-    for i in sorted(ids):
-        if runs and runs[-1][1] + 1 == i:
-            runs[-1][1] = i
-        elif not runs or runs[-1][1] != i:
-            runs.append([i, i])
-    return json.dumps({"v": PROGRESS_FORMAT, "leader": leader_id, "ids": runs}, separators=(",", ":")).encode()
-
-
-def decode_progress(value: bytes) -> list[int]:
-    """The outbox ids a progress record names; raises :class:`ValueError` on a record this
-    version cannot read (a newer format, or not a progress record at all)."""
-    data = json.loads(value)
-    if not isinstance(data, dict) or data.get("v") != PROGRESS_FORMAT or not isinstance(data.get("ids"), list):
-        raise ValueError(f"not a progress record of format {PROGRESS_FORMAT}: {value[:80]!r}")
-    ids: list[int] = []
-    for run in data["ids"]:
-        first, last = int(run[0]), int(run[1])
-        ids.extend(range(first, last + 1))
-    return ids
-
-
-def check_transactions(kafka: KafkaClients, config: Config) -> None:
-    """Refuse to start exactly-once publishing where it cannot work: clients without
-    transactions, a cluster without them, or a progress topic too small for the shards."""
-    if not isinstance(kafka, TransactionalKafkaClients):
-        raise ConfigError(
-            "delivery", f"exactly-once needs Kafka clients with transactions; {type(kafka).__name__} has none"
-        )
-    servers = config.base_kafka_config.get("bootstrap.servers")
-    try:
-        kafka.ensure_progress_topic(config.base_kafka_config, config.progress_topic, config.shards + 1)
-    except TopicError as e:
-        raise HarvestError(f"delivery: exactly-once: {e}") from None
-    # An id of its own, never a shard's: initialising it fences no leader; and never another
-    # process's, whose probe it would fence when both start at once (Kafka forgets an idle id
-    # after transactional.id.expiration.ms, 7 days). Its partition is one past the shards': a
-    # leader's open transaction there would hold the probe's read_committed read back.
-    probe_id = f"pyharvest.{config.leader_group_id}.probe.{uuid.uuid4().hex[:12]}"
-    probe_config = {**producer_config(config), "transactional.id": probe_id}
-    try:
-        kafka.probe_transactions(probe_config, config.progress_topic, config.shards, TRANSACTION_CALL_SECONDS)
-    except TransactionError as e:
-        raise HarvestError(
-            f"delivery: exactly-once needs a Kafka cluster with transactions, and the one at "
-            f"bootstrap.servers={servers!r} did not initialise a transactional producer ({e}). "
-            "Use Apache Kafka (or another broker with transactions), or delivery: at-least-once; "
-            "the embedded development broker has no transactions"
-        ) from None
-
-
-class TransactionalPublisher:
+class TransactionalPublisher(TransactionWindow):
     """Publishes a shard's marked records in Kafka transactions.
 
-    The main loop calls it as it would a :class:`~pyharvest.core.dispatch.Dispatcher`
-    (``lead``, ``dispatch``, ``quiesce``, ...); :meth:`begin_term` at each election schedules
-    the takeover, and :attr:`ready` says when marking may start. Everything else happens on
-    the thread that runs :meth:`serve`.
+    The main loop uses what it inherits from :class:`~pyharvest.core.transaction_window.TransactionWindow`
+    as it would a :class:`~pyharvest.core.dispatch.Dispatcher`; everything here happens on the
+    thread that runs :meth:`serve`.
     """
 
     def __init__(
@@ -167,136 +86,23 @@ class TransactionalPublisher:
         emit: Callable[[Event], None],
         deadline: Callable[[], float | None],
     ) -> None:
-        if not isinstance(kafka, TransactionalKafkaClients):
-            raise ConfigError(
-                "delivery", f"exactly-once needs Kafka clients with transactions; {type(kafka).__name__} has none"
-            )
         self._config = config
-        self._kafka: TransactionalKafkaClients = kafka
+        self._kafka = transactional_clients(kafka)
         self._metrics = metrics
         self._shard = shard
         self._emit = emit
         self._deadline = deadline
         limits = config.limits
-        self._limit: int = limits.max_in_flight_records  # type: ignore[assignment]
+        super().__init__(limits.max_in_flight_records)  # type: ignore[arg-type]
         self._backoff: float = limits.io_error_backoff or 0.0
         self._producer_config = transactional_config(config, shard)
-        self._stamp: tuple[str, str] | None = (
-            (OUTBOX_HEADER, outbox_identity(config.leader_group_id, config.outbox_table))
-            if config.identity_headers
-            else None
-        )
-        self._cond = threading.Condition(threading.Lock())
-        self._queue: list[OutboxRecord] = []
-        self._running = 0
-        # The ids of the last committed transaction, until purged: purged while the next
-        # transaction's records are on their way, and before it commits (rule 2).
-        self._unpurged: list[int] = []
-        self._leading = False
-        #: Read without the lock by the main loop, which remarks when it sees it set.
-        self.force_remark = False
-        # Set at each election and whenever the producer's state is in doubt: the next thing
-        # the thread does is fence, read the progress record and purge (rule 3).
-        self._takeover = True
-        #: The takeover of this term is done: the main loop may mark.
-        self.ready = False
+        self._stamp = identity_stamp(config.leader_group_id, config.outbox_table, config.identity_headers)
         self._producer: TransactionalProducer | None = None
-        # Keys held behind a poison record (poisonPolicy: block, or before quarantine): their
-        # records stay marked and out of transactions until the retry.
-        self._held: set[str] = set()
         self._retry_held_at = 0.0
-        self._attempts: dict[int, int] = {}
+        self._failures = FailedAttempts(config, metrics, emit)
+        self._quarantine_binding: QuarantineBinding | None = None
         #: Consecutive aborts caused by a poison record: the retry's pause grows with it.
         self.poison_streak = 0
-
-    # ------------------------------------------------------------------ the main loop's side
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._queue) + self._running + len(self._unpurged)
-
-    parked_count = 0
-
-    @property
-    def free(self) -> int:
-        return self._limit - self.in_flight
-
-    def in_flight_keys(self) -> list[str]:
-        with self._cond:
-            return sorted({r.key for r in self._queue})
-
-    def begin_term(self) -> None:
-        """Elected: take over (fence, read progress, purge) before anything is marked."""
-        with self._cond:
-            self._takeover = True
-            self.ready = False
-            self._cond.notify_all()
-
-    def lead(self) -> None:
-        """Publish under a new leader id (elected, or a remark). Keys held behind a poison
-        record stay held until their retry is due: a remark comes after every abort."""
-        with self._cond:
-            self._leading = True
-            self.force_remark = False
-            self._cond.notify_all()
-
-    def stop_leading(self) -> None:
-        with self._cond:
-            self._leading = False
-            self._queue.clear()
-
-    def raise_remark(self) -> None:
-        with self._cond:
-            self.force_remark = True
-            self._queue.clear()
-            self._cond.notify_all()
-
-    def dispatch(self, records: Sequence[OutboxRecord]) -> None:
-        with self._cond:
-            if self.force_remark or not self._leading:
-                return
-            self._queue.extend(records)
-            self._cond.notify_all()
-
-    def wait_for_room(self, threshold: int, timeout: float) -> None:
-        with self._cond:
-            if self.free < threshold and not self.force_remark:
-                self._cond.wait(timeout)
-
-    def wait_ready(self, timeout: float) -> None:
-        with self._cond:
-            if not self.ready:
-                self._cond.wait(timeout)
-
-    def wake(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
-
-    def check_parked(self, timeout: float) -> None:
-        """Nothing parks here: a transaction that hangs fails on its own timeouts."""
-
-    def may_hold_acks(self) -> bool:
-        return False
-
-    def quiesce(self, reason: str, deadline: float | None, delivering: Callable[[], bool]) -> None:
-        """Stop publishing, drop what is queued (it stays marked) and wait for the running
-        transaction to end (committed and purged, or aborted)."""
-        with self._cond:
-            self._leading = False
-            self._queue.clear()
-            self._cond.notify_all()
-            waited_from = time.monotonic()
-            while self._running or self._unpurged:
-                if deadline is not None and time.monotonic() > deadline:
-                    break
-                if not delivering():
-                    break
-                self._cond.wait(0.1)
-            running = self._running + len(self._unpurged)
-        if running:
-            log.warning("a transaction of %d records still runs after %s; the next leader settles it", running, reason)
-        else:
-            log.debug("quiesced for %s in %.3fs", reason, time.monotonic() - waited_from)
 
     def abandon(self) -> None:
         """Fenced by leader election: the running transaction fails (its messages are
@@ -443,9 +249,7 @@ class TransactionalPublisher:
         metrics.transactions_committed += 1
         metrics.records_published += len(batch)
         metrics.observe(metrics.transaction_seconds, time.monotonic() - started)
-        if self._attempts:
-            for i in ids:
-                self._attempts.pop(i, None)
+        self._failures.settled(ids)
         self.poison_streak = 0
         with self._cond:
             self._unpurged = ids
@@ -543,65 +347,31 @@ class TransactionalPublisher:
         self._pause()
 
     def _triage(self, failures: list[tuple[OutboxRecord, DeliveryError]]) -> None:
-        """Count the attempts of records Kafka refused for good: hold their keys out of the
-        next transactions, or quarantine them past ``maxDeliveryAttempts``."""
-        config, metrics = self._config, self._metrics
-        quarantine_on = config.poison_policy == "quarantine"
-        max_attempts = config.limits.max_delivery_attempts or 1
-        poison = False
-        to_quarantine: list[QuarantineEntry] = []
-        for rec, err in failures:
-            metrics.delivery_errors[err.code] = metrics.delivery_errors.get(err.code, 0) + 1
-            attempts = self._attempts.get(cast(int, rec.id), 0) + 1
-            self._attempts[cast(int, rec.id)] = attempts
-            hint = "" if err.retriable else poison_hint(err.code, rec.topic, config.poison_policy)
-            self._emit(DeliveryFailed(rec.id, rec.key, rec.topic, str(err), err.retriable, attempts, hint))
-            if err.retriable:
-                continue
-            poison = True
-            if quarantine_on and attempts >= max_attempts:
-                to_quarantine.append(QuarantineEntry(rec, str(err), attempts))
-            else:
-                with self._cond:
-                    self._held.add(rec.key)
-        if not poison:
+        """Hold the keys of records Kafka refused for good out of the next transactions, or
+        quarantine those past ``maxDeliveryAttempts``."""
+        quarantine_on = self._config.poison_policy == "quarantine" and self._quarantine_binding is not None
+        verdicts = self._failures.judge(failures, quarantine_on)
+        if not verdicts.poison:
             return
+        quarantined = {id(q.record) for q in verdicts.quarantine}
+        with self._cond:
+            self._held.update(rec.key for rec, err in failures if not err.retriable and id(rec) not in quarantined)
         self.poison_streak += 1
         backoff = min(MAX_POISON_BACKOFF, (self._backoff or 0.01) * 2 ** min(self.poison_streak - 1, 10))
         self._retry_held_at = time.monotonic() + backoff
-        if to_quarantine:
-            self._quarantine(to_quarantine)
-
-    def _quarantine(self, entries: list[QuarantineEntry]) -> None:
         binding = self._quarantine_binding
-        if binding is None:
-            return
-        while True:
-            try:
-                binding.quarantine(entries)
-                break
-            except Exception as e:  # noqa: BLE001 - retried; the key stays held meanwhile
-                self._metrics.db_errors += 1
-                log.warning("quarantine of %d records failed, retrying: %s", len(entries), one_line(e))
-                if not self._may_retry():
-                    return
-                self._pause()
-        self._metrics.records_quarantined += len(entries)
-        for q in entries:
-            self._attempts.pop(cast(int, q.record.id), None)
-            hint = quarantine_hint(q.error.split(":", 1)[0], q.record.topic)
-            log.error(
-                "quarantined key %r after %d failed attempts of record %s (topic %r): %s. %s",
-                q.record.key,
-                q.attempts,
-                q.record.id,
-                q.record.topic,
-                q.error,
-                hint[:1].upper() + hint[1:],
+        if verdicts.quarantine and binding is not None:
+            stored = settle(
+                "quarantine",
+                binding.quarantine,
+                verdicts.quarantine,
+                metrics=self._metrics,
+                pause=self._pause,
+                may_retry=self._may_retry,
+                giving_up="the key stays held and is tried again",
             )
-            self._emit(RecordQuarantined(q.record.id, q.record.key, q.record.topic, q.error, q.attempts, hint))
-
-    _quarantine_binding: QuarantineBinding | None = None
+            if stored is not None:
+                self._failures.quarantined(verdicts.quarantine)
 
     def use_binding(self, binding: DatabaseBinding) -> None:
         self._quarantine_binding = binding if isinstance(binding, QuarantineBinding) else None
@@ -611,23 +381,17 @@ class TransactionalPublisher:
         deadline; return whether they went."""
         metrics = self._metrics
         started = time.monotonic()
-        attempt = 0
-        purged = 0
-        while True:
-            try:
-                purged = binding.purge(ids)
-                break
-            except Exception as e:  # noqa: BLE001
-                attempt += 1
-                metrics.db_errors += 1
-                if attempt == 1 or attempt % 20 == 0:
-                    log.warning(
-                        "purge of %d %s failed (attempt %d), retrying: %s", len(ids), what, attempt, one_line(e)
-                    )
-                if not self._may_retry():
-                    log.warning("leaving the purge of %d %s to the next takeover", len(ids), what)
-                    return False
-                self._pause()
+        purged = settle(
+            f"purge of {what}",
+            binding.purge,
+            ids,
+            metrics=metrics,
+            pause=self._pause,
+            may_retry=self._may_retry,
+            giving_up="the next takeover purges them",
+        )
+        if purged is None:
+            return False
         metrics.observe(metrics.purge_seconds, time.monotonic() - started)
         metrics.purge_statements += 1
         metrics.records_purged += purged

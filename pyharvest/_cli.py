@@ -116,8 +116,8 @@ def check_harvest_config(cfg: HarvestConfig) -> None:
     from pyharvest.bindings.kafka.preflight import check_properties
     from pyharvest.bindings.sql.connect import load_driver, resolve
     from pyharvest.core.errors import KafkaPropertyError
+    from pyharvest.core.group_protocol import leader_client_configs
     from pyharvest.core.kafka_origins import explain_harvest_refusal
-    from pyharvest.core.neli import leader_client_configs
     from pyharvest.core.sender import producer_config
     from pyharvest.plugins.api import parse_table_name
 

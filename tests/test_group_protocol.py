@@ -12,7 +12,8 @@ from pyharvest.core import Config
 from pyharvest.core.config import ReaperConfig
 from pyharvest.core.errors import ConfigError, TopicError
 from pyharvest.core.group_protocol import GroupSession, SessionBounds, choose_session, wanted_session
-from pyharvest.core.neli import ShardGroup, leader_client_configs, shard_client_configs
+from pyharvest.core.group_protocol import leader_client_configs, shard_client_configs
+from pyharvest.core.neli import ShardGroup
 from pyharvest.envconfig import apply_env_overrides
 from tests.test_shard_group import Clients
 from tests.waiting import wait_until
