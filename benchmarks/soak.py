@@ -27,6 +27,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,6 +45,7 @@ from benchmarks.steady_watch import Watch, dumps, histogram_quantile
 
 COLUMNS = ["interval", "minute", "load1", "offered_per_s", "published_per_s", "create_p50_ms", "create_p99_ms",
            "visible_p50_ms", "visible_p99_ms", "backlog", "rss_mib", "threads", "fds", "reaper_cpu_s",
+           "marks_per_s", "rows_per_mark", "mark_ms", "purge_ms",
            "table_bytes", "index_bytes", "live_tuples", "dead_tuples", "autovacuum_runs", "vacuum_runs",
            "data_free_bytes", "file_bytes", "history_list_length"]
 
@@ -58,15 +60,56 @@ def reaper_config(args: argparse.Namespace, table: str, group: str, path: Path) 
             "delivery": args.delivery, "limits": {"heartbeatTimeout": "2s", **limits},
         },
         "logging": {"level": "Info"},
+        # The reaper's own counters (marks, their durations), scraped at each interval's end.
+        "metrics": {"address": "127.0.0.1", "port": args.metrics_port},
     }))
+
+
+#: The reaper's metrics each row takes the interval's difference of.
+SCRAPED = ("pyharvest_marks_total", "pyharvest_records_marked_total", "pyharvest_mark_duration_seconds_sum",
+           "pyharvest_mark_duration_seconds_count", "pyharvest_purge_duration_seconds_sum",
+           "pyharvest_purge_duration_seconds_count")
+
+
+def scrape(url: str | None) -> dict[str, float]:
+    """The :data:`SCRAPED` series of the reaper's ``/metrics``, summed over their labels."""
+    if url is None:
+        return {}
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=5) as r:  # noqa: S310 - our own reaper
+            text = r.read().decode()
+    except OSError:
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in SCRAPED:
+            out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def engine_figures(now: dict[str, float], before: dict[str, float], seconds: float) -> dict[str, float]:
+    """Marks per second, rows per mark, mean mark and purge ms over an interval."""
+    d = {k: now.get(k, 0.0) - before.get(k, 0.0) for k in SCRAPED}
+    if not now:
+        return {}
+    marks = d["pyharvest_mark_duration_seconds_count"]
+    purges = d["pyharvest_purge_duration_seconds_count"]
+    return {"marks_per_s": round(d["pyharvest_marks_total"] / seconds, 1),
+            "rows_per_mark": round(d["pyharvest_records_marked_total"] / max(1.0, d["pyharvest_marks_total"]), 1),
+            "mark_ms": round(1000 * d["pyharvest_mark_duration_seconds_sum"] / marks, 2) if marks else None,
+            "purge_ms": round(1000 * d["pyharvest_purge_duration_seconds_sum"] / purges, 2) if purges else None}
 
 
 class Sampler:
     """Samples the reaper's process and the table at each interval's end (from the writer's
     start), on a thread of its own: the consumer's figures for an interval come later."""
 
-    def __init__(self, pid: int, stats: TableStats, start: float, interval: float) -> None:
-        self.pid, self.stats, self.start, self.interval = pid, stats, start, interval
+    def __init__(self, pid: int, stats: TableStats, start: float, interval: float, metrics: str | None) -> None:
+        self.pid, self.stats, self.start, self.interval, self.metrics = pid, stats, start, interval, metrics
+        self._scraped = scrape(metrics)
         self.rows: dict[int, dict[str, float]] = {}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -81,6 +124,9 @@ class Sampler:
         except (OSError, StopIteration):
             pass
         row.update(self.stats.sample())
+        scraped = scrape(self.metrics)
+        row.update(engine_figures(scraped, self._scraped, self.interval))
+        self._scraped = scraped
         return row
 
     def _run(self) -> None:
@@ -153,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limits", default="{}", help="the reaper's limits as JSON")
     p.add_argument("--partitions", type=int, default=10)
     p.add_argument("--out", default="benchmarks/results/soak", help="OUT.csv, OUT.json and OUT.png are written")
+    p.add_argument("--metrics-port", type=int, default=0, help="the reaper's operations server (0: any free port)")
     p.add_argument("--table", default=None, help="the outbox table (default: a new one, dropped at the end)")
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -195,6 +242,8 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, object]:
             if reaper.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("the reaper was not elected:\n" + (work / "reaper.log").read_text()[-3000:])
             time.sleep(0.1)
+        listening = re.search(r"metrics and health listening on [^:]+:(\d+)", (work / "reaper.log").read_text())
+        metrics = f"http://127.0.0.1:{listening.group(1)}" if listening else None
         watcher = Child(child_cmd("benchmarks.steady_watch", [dumps(watch)]), work / "watch.log")
         children.append(watcher)
         watcher.expect(lambda s: s.startswith("{"), "the consumer's start")
@@ -205,7 +254,7 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, object]:
         while not commits.read_text().startswith("start"):
             time.sleep(0.01)
         start = float(commits.read_text().split("\n", 1)[0].split()[1])
-        sampler = Sampler(reaper.pid, stats, start, args.interval)
+        sampler = Sampler(reaper.pid, stats, start, args.interval, metrics)
         with open(out.with_suffix(".csv"), "w", newline="") as f:
             table_csv = csv.DictWriter(f, COLUMNS)
             table_csv.writeheader()

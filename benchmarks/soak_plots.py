@@ -22,6 +22,7 @@ PANELS = [
     ("latency from commit", [("create_p50_ms", "CreateTime p50", 1), ("create_p99_ms", "CreateTime p99", 1),
                              ("visible_p50_ms", "visible p50", 1), ("visible_p99_ms", "visible p99", 1)], "ms"),
     ("backlog at each minute's end", [("backlog", "records", 1)], "records"),
+    ("marks", [("mark_ms", "mean mark ms", 1), ("purge_ms", "mean purge ms", 1)], "ms"),
     ("reaper memory", [("rss_mib", "RSS", 1)], "MiB"),
     ("reaper threads and file descriptors", [("threads", "threads", 1), ("fds", "fds", 1)], "count"),
     ("outbox size", [("table_bytes", "table", 1 / 2**20), ("index_bytes", "indexes", 1 / 2**20),

@@ -27,6 +27,7 @@ its figures, as latency percentiles on a loaded machine measure the machine.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -37,7 +38,7 @@ from array import array
 from pathlib import Path
 
 from benchmarks.children import python_module
-from benchmarks.steady_load import Spec, proc_sample
+from benchmarks.steady_load import Spec, commits_path, proc_sample
 from benchmarks.steady_watch import Watch, dumps, percentile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,15 +130,19 @@ def run_one(args: argparse.Namespace, rate: float, delivery: str, work: Path) ->
     table, topics = f"steady_{tag}", [f"steady-{tag}-create", f"steady-{tag}-append"]
     create_outbox_table(args.database, table)
     create_topics(args.bootstrap, topics, args.partitions)
-    keys = max(2, int(rate * args.seconds / args.records_per_key))
+    keys = args.keys or max(2, int(rate * args.seconds / args.records_per_key))
+    keys += -keys % (2 * args.writers)  # each key one writer's (and one topic's)
     run_dir = work / f"{tag}-{int(rate)}-{delivery}"
     run_dir.mkdir()
     spec = Spec(database=args.database, bootstrap=args.bootstrap, table=table, topics=topics, rate=rate,
                 seconds=args.seconds, keys=keys, commits=str(run_dir / "commits.txt"), payload=args.payload,
                 delivery=delivery, limits=json.loads(args.limits), producer=json.loads(args.producer_config),
-                group=f"steady-{tag}", trace=str(run_dir / "trace.json") if args.trace else None)
-    Path(spec.commits).touch()
-    watch = Watch(bootstrap=args.bootstrap, topics=topics, keys=keys, commits=spec.commits, warmup=args.warmup,
+                group=f"steady-{tag}", trace=str(run_dir / "trace.json") if args.trace else None,
+                writers=args.writers, tick=args.tick)
+    for w in range(args.writers):
+        Path(commits_path(spec.commits, w, args.writers)).touch()
+    watch = Watch(bootstrap=args.bootstrap, topics=topics, keys=keys, commits=spec.commits, writers=args.writers,
+                  warmup=args.warmup,
                   visible_out=str(run_dir / "visible.bin") if args.trace else None, group=f"watch-{tag}")
     result: dict[str, object] = {"database": args.database.split("://")[0].split("+")[0], "delivery": delivery,
                                  "rate": rate, "seconds": args.seconds, "load_start": load_average()}
@@ -150,9 +155,13 @@ def run_one(args: argparse.Namespace, rate: float, delivery: str, work: Path) ->
         watcher = Child(child_cmd("benchmarks.steady_watch", [dumps(watch)]), run_dir / "watch.log")
         children.append(watcher)
         watcher.expect(lambda s: s.startswith("{"), "the consumer's start")
-        writer = Child(child_cmd("benchmarks.steady_load", ["writer", spec.dumps()]), run_dir / "writer.log")
-        children.append(writer)
-        writer.expect(lambda s: s == "ready", "the writer's start")
+        writers = []
+        for w in range(args.writers):
+            one = dataclasses.replace(spec, writer=w)
+            writers.append(Child(child_cmd("benchmarks.steady_load", ["writer", one.dumps()]), run_dir / f"writer{w}.log"))
+            children.append(writers[-1])
+        for writer in writers:
+            writer.expect(lambda s: s == "ready", "the writer's start")
         servers = MachineCpu(args.bootstrap)
         cpu0 = {name: proc_sample(c.proc.pid)["cpu_s"] for name, c in (("harvester", harvester), ("watch", watcher))}
         if args.py_spy:
@@ -161,8 +170,13 @@ def run_one(args: argparse.Namespace, rate: float, delivery: str, work: Path) ->
                                     "--threads", "--idle" if args.py_spy == "idle" else "--nonblocking",
                                     "-o", str(run_dir / "py-spy.json")],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        writer.send("go")
-        wrote = json.loads(writer.expect(lambda s: s.startswith("{"), "the writer's summary"))
+        for writer in writers:
+            writer.send("go")
+        summaries = [json.loads(w.expect(lambda s: s.startswith("{"), "the writer's summary")) for w in writers]
+        wrote = {"records": sum(x["records"] for x in summaries),
+                 "offered_seconds": max(x["offered_seconds"] for x in summaries),
+                 "cpu_s": sum(x["cpu_s"] for x in summaries), "commit_s": sum(x["commit_s"] for x in summaries),
+                 "late_max_ms": max(x["late_max_ms"] for x in summaries), "batches": sum(x["batches"] for x in summaries)}
         groups: dict[int, dict[str, object]] = {}
         while True:
             line = json.loads(watcher.expect(lambda s: s.startswith("{"), "the consumer's figures"))
@@ -217,25 +231,28 @@ def run_one(args: argparse.Namespace, rate: float, delivery: str, work: Path) ->
 
 
 def trace_stages(spec: Spec, run_dir: Path, warmup: float) -> dict[str, list[float]]:
-    from benchmarks.steady_trace import stages
-
-    returned: dict[int, float] = {}
-    firsts: list[tuple[int, int]] = []
-    start = 0.0
-    for line in Path(spec.commits).read_text().splitlines():
-        parts = line.split()
-        if parts[0] == "start":
-            start = float(parts[1])
-        elif parts[0] != "end":
-            firsts.append((int(parts[1]), int(parts[2])))
-            returned[int(parts[1])] = float(parts[4])
+    """The trace's stages; each record's commit times from its writer's commits file."""
     import bisect
 
-    starts = [f for f, _ in firsts]
+    from benchmarks.steady_trace import stages
 
-    def committed(seq: int) -> float | None:
-        i = bisect.bisect_right(starts, seq) - 1
-        return returned[starts[i]] if i >= 0 else None
+    ws = spec.writers
+    firsts: list[list[int]] = [[] for _ in range(ws)]
+    times: list[list[tuple[float, float]]] = [[] for _ in range(ws)]
+    start = float("inf")
+    for w in range(ws):
+        for line in Path(commits_path(spec.commits, w, ws)).read_text().splitlines():
+            parts = line.split()
+            if parts[0] == "start":
+                start = min(start, float(parts[1]))
+            elif parts[0] != "end":
+                firsts[w].append(int(parts[1]))
+                times[w].append((float(parts[3]), float(parts[4])))
+
+    def committed(seq: int) -> tuple[float, float] | None:
+        w, i = seq % ws, seq // ws
+        at = bisect.bisect_right(firsts[w], i) - 1
+        return times[w][at] if at >= 0 else None
 
     visible_at = array("d")
     with open(run_dir / "visible.bin", "rb") as f:
@@ -287,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=30.0, help="how long each rate is offered")
     p.add_argument("--warmup", type=float, default=5.0, help="seconds left out of the percentiles")
     p.add_argument("--records-per-key", type=int, default=10)
+    p.add_argument("--keys", type=int, default=0, help="how many keys (default: rate x seconds / records per key)")
+    p.add_argument("--writers", type=int, default=1, help="writer processes sharing the rate (harvest_bench's steady: 4)")
+    p.add_argument("--tick", type=float, default=0.01, help="seconds between a writer's commits")
     p.add_argument("--payload", type=int, default=200, help="value bytes")
     p.add_argument("--partitions", type=int, default=10)
     p.add_argument("--limits", default="{}", help='harvester limits as JSON, e.g. \'{"markBackoff": "5ms"}\'')

@@ -16,9 +16,14 @@ its sequence number and its writer batch (``<seq:12>|<batch:10>|``). Keys altern
 topics: one keeps the producer's timestamp (CreateTime), the other is configured
 ``message.timestamp.type=LogAppendTime``, so one run gives both. The writer commits a batch
 every ``tick`` (10 ms) with ``stash_many``, the records due by the end of that tick (more when
-it fell behind, so the offered rate holds), and appends ``batch first_seq count started
-returned`` to the commits file: ``returned`` (wall clock, after the commit returned) is what
-every latency is measured from.
+it fell behind, so the offered rate holds), and appends ``batch first count started returned``
+to its commits file: ``returned`` (wall clock, after the commit returned) is what every latency
+is measured from, ``started`` is before the batch's insert.
+
+With ``writers`` > 1 (the four writer processes of ``harvest_bench``'s steady scenario), writer
+``w`` offers ``rate / writers``: its records are ``seq = w + writers * i`` (``first`` in its
+commits file, ``<commits>.<w>``, counts ``i``), its batches ``w + writers * b``, and since
+``keys`` is a multiple of ``writers`` each key has one writer, so per-key order is defined.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-__all__ = ["Spec", "key_index", "parse_value", "proc_sample", "value_for"]
+__all__ = ["Spec", "commits_path", "key_index", "parse_value", "proc_sample", "value_for"]
 
 
 @dataclass
@@ -53,6 +58,8 @@ class Spec:
     producer: dict[str, object] = field(default_factory=dict)
     group: str = "steady"
     trace: str | None = None  # the harvester writes its per-mark and per-produce times here
+    writers: int = 1
+    writer: int = 0  # which one this process is
 
     @classmethod
     def parse(cls, text: str) -> Spec:
@@ -64,6 +71,10 @@ class Spec:
 
 def key_index(seq: int, keys: int) -> int:
     return seq % keys
+
+
+def commits_path(commits: str, writer: int, writers: int) -> str:
+    return commits if writers == 1 else f"{commits}.{writer}"
 
 
 def value_for(seq: int, batch: int, payload: int) -> bytes:
@@ -98,7 +109,7 @@ def _wait_for_line(expected: str) -> None:
 
 
 def writer(spec: Spec) -> None:
-    """Offer ``spec.rate`` records/s for ``spec.seconds``: one transaction per tick."""
+    """Offer ``spec.rate / spec.writers`` records/s for ``spec.seconds``: one transaction per tick."""
     import sqlalchemy as sa
 
     from pyharvest import OutboxRecord, stasher
@@ -108,11 +119,13 @@ def writer(spec: Spec) -> None:
     engine = sa.create_engine(spec.database)
     st = stasher.Stasher(spec.table)
     keys, topics, payload, tick = spec.keys, spec.topics, spec.payload, spec.tick
+    w, ws = spec.writer, spec.writers
+    rate = spec.rate / ws
     key_names = {}
-    seq = batch = 0
+    done = batch = 0  # this writer's records and batches
     late_max = 0.0
     commit_seconds = 0.0
-    with engine.connect() as conn, open(spec.commits, "w") as out:
+    with engine.connect() as conn, open(commits_path(spec.commits, w, ws), "w") as out:
         with conn.begin():  # connected, the stasher's table looked up: no start-up in the run
             st.prepare(conn)
         print("ready", flush=True)
@@ -126,24 +139,26 @@ def writer(spec: Spec) -> None:
             if elapsed >= spec.seconds:
                 break
             k = max(k, int(elapsed / tick))
-            n = int(spec.rate * min(tick * (k + 1), spec.seconds)) - seq
+            n = int(rate * min(tick * (k + 1), spec.seconds)) - done
             if n > 0:
                 records = []
-                for s in range(seq, seq + n):
-                    i = s % keys
-                    name = key_names.get(i)
+                b = w + ws * batch
+                for i in range(done, done + n):
+                    seq = w + ws * i
+                    ki = seq % keys
+                    name = key_names.get(ki)
                     if name is None:
-                        name = key_names[i] = f"k{i}"
-                    records.append(OutboxRecord(topics[i & 1], name, value_for(s, batch, payload)))
+                        name = key_names[ki] = f"k{ki}"
+                    records.append(OutboxRecord(topics[ki & 1], name, value_for(seq, b, payload)))
                 started = time.time()
                 c0 = time.perf_counter()
                 with conn.begin():
                     st.prepare(conn).stash_many(records)
                 returned = time.time()
                 commit_seconds += time.perf_counter() - c0
-                out.write(f"{batch} {seq} {n} {started!r} {returned!r}\n")
+                out.write(f"{b} {done} {n} {started!r} {returned!r}\n")
                 out.flush()
-                seq += n
+                done += n
                 batch += 1
                 late_max = max(late_max, time.monotonic() - (t0 + tick * (k + 1)))
             k += 1
@@ -151,9 +166,9 @@ def writer(spec: Spec) -> None:
             if pause > 0:
                 stopping.wait(pause)
         offered_seconds = time.monotonic() - t0
-        out.write(f"end {seq}\n")
+        out.write(f"end {done}\n")
     engine.dispose()
-    print(json.dumps({"records": seq, "batches": batch, "offered_seconds": offered_seconds,
+    print(json.dumps({"records": done, "batches": batch, "offered_seconds": offered_seconds,
                       "cpu_s": time.process_time() - cpu0, "commit_s": commit_seconds,
                       "late_max_ms": late_max * 1000}), flush=True)
 

@@ -140,11 +140,11 @@ def _first(seqs: list[int], times: list[float]) -> dict[int, float]:
     return out
 
 
-def stages(trace_path: str, committed: Callable[[int], float | None], visible: dict[int, float],
+def stages(trace_path: str, committed: Callable[[int], tuple[float, float] | None], visible: dict[int, float],
            percentile: Callable[[list[float], float], float], skip_before: float) -> dict[str, list[float]]:
     """p50, p99, p99.9 and max (ms) of each stage, over records committed after ``skip_before``.
-    ``committed(seq)`` is the writer's commit-return time; ``visible`` the consumer's receive
-    times (seq → wall clock)."""
+    ``committed(seq)`` is the writer's (insert started, commit returned) times; ``visible`` the
+    consumer's receive times (seq → wall clock)."""
     data = json.loads(open(trace_path).read())
     mark_start = _first(data["mark"][0], data["mark"][1])
     mark_end = _first(data["mark"][0], data["mark"][2])
@@ -152,14 +152,16 @@ def stages(trace_path: str, committed: Callable[[int], float | None], visible: d
     acked = _first(*data["ack"])
     commits = sorted(data["commits"])
     parts: dict[str, list[float]] = {k: [] for k in (
-        "commit→mark start", "mark", "mark→produce", "produce→ack", "ack→tx commit", "→visible", "total")}
+        "insert+commit", "commit→mark start", "mark", "mark→produce", "produce→ack", "ack→tx commit", "→visible", "total", "total from insert")}
     import bisect
 
     for seq, start in mark_start.items():
-        c = committed(seq)
-        if c is None or c < skip_before or seq not in produced or seq not in acked:
+        times = committed(seq)
+        if times is None or times[1] < skip_before or seq not in produced or seq not in acked:
             continue
+        c = times[1]
         end, p, a = mark_end[seq], produced[seq], acked[seq]
+        parts["insert+commit"].append(c - times[0])
         parts["commit→mark start"].append(start - c)
         parts["mark"].append(end - start)
         parts["mark→produce"].append(p - end)
@@ -173,6 +175,7 @@ def stages(trace_path: str, committed: Callable[[int], float | None], visible: d
         if seq in visible:
             parts["→visible"].append(visible[seq] - last)
             parts["total"].append(visible[seq] - c)
+            parts["total from insert"].append(visible[seq] - times[0])
     out = {}
     for name, values in parts.items():
         if values:

@@ -33,6 +33,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from benchmarks.steady_load import commits_path
+
 __all__ = ["Watch", "dumps", "histogram", "histogram_quantile", "percentile", "summary"]
 
 
@@ -42,6 +44,7 @@ class Watch:
     topics: list[str]  # [CreateTime topic, LogAppendTime topic]
     keys: int
     commits: str
+    writers: int = 1
     interval: float = 0.0
     groups: int = 0  # with interval: how many; records committed after the last one's end count in it
     warmup: float = 0.0
@@ -102,41 +105,50 @@ class _Group:
 
 
 class _Commits:
-    """The writer's commits file, read as it grows."""
+    """The writers' commits files, read as they grow."""
 
-    def __init__(self, path: str) -> None:
-        self._f = open(path)  # noqa: SIM115 - read for the whole run
-        self._partial = ""
+    def __init__(self, path: str, writers: int) -> None:
+        self._files = [open(commits_path(path, w, writers)) for w in range(writers)]  # noqa: SIM115 - for the run
+        self._partial = [""] * writers
+        self._ends: list[int | None] = [None] * writers
         self.start: float | None = None
-        self.end: int | None = None
         self.returned: dict[int, float] = {}  # batch → when its commit returned
         self.committed: Counter[int] = Counter()  # second → records committed
         self.total = 0
 
+    @property
+    def end(self) -> int | None:
+        """Every writer's records, once each has written its last."""
+        return None if None in self._ends else sum(self._ends)  # type: ignore[arg-type]
+
+    @property
+    def per_writer(self) -> list[int]:
+        return [e or 0 for e in self._ends]
+
     def read(self) -> None:
-        chunk = self._f.read()
-        if not chunk:
-            return
-        text = self._partial + chunk
-        lines = text.split("\n")
-        self._partial = lines.pop()
-        for line in lines:
-            parts = line.split()
-            if parts[0] == "start":
-                self.start = float(parts[1])
-            elif parts[0] == "end":
-                self.end = int(parts[1])
-            else:
-                n, returned = int(parts[2]), float(parts[4])
-                self.returned[int(parts[0])] = returned
-                self.committed[int(returned)] += n
-                self.total += n
+        for w, f in enumerate(self._files):
+            chunk = f.read()
+            if not chunk:
+                continue
+            lines = (self._partial[w] + chunk).split("\n")
+            self._partial[w] = lines.pop()
+            for line in lines:
+                parts = line.split()
+                if parts[0] == "start":
+                    self.start = min(self.start or float(parts[1]), float(parts[1]))
+                elif parts[0] == "end":
+                    self._ends[w] = int(parts[1])
+                else:
+                    n, returned = int(parts[2]), float(parts[4])
+                    self.returned[int(parts[0])] = returned
+                    self.committed[int(returned)] += n
+                    self.total += n
 
 
 class Watcher:
     def __init__(self, w: Watch) -> None:
         self.w = w
-        self.commits = _Commits(w.commits)
+        self.commits = _Commits(w.commits, w.writers)
         self.seen = bytearray(1 << 16)
         self.last = array("q", [-1]) * w.keys
         self.distinct = self.duplicates = self.reordered = self.late = 0
@@ -252,6 +264,11 @@ class Watcher:
         commits.read()
         self.finish()
 
+    def lost(self) -> int:
+        """Records a writer committed that never arrived (writer w's are w, w + W, w + 2W, ...)."""
+        ws = self.w.writers
+        return sum(n - self.seen[w::ws][:n].count(1) for w, n in enumerate(self.commits.per_writer))
+
     def finish(self) -> None:
         if self.w.interval > 0:
             self.flush_due(time.time(), everything=True)
@@ -269,7 +286,7 @@ class Watcher:
             cum += self.commits.committed.get(s, 0) - self.published.get(s, 0)
             backlog.append(cum)
         print(json.dumps({"final": True, "committed": total, "received": self.distinct,
-                          "lost": total - self.seen[:total].count(1),
+                          "lost": self.lost(),
                           "reordered": self.reordered, "duplicates": self.duplicates, "late": self.late,
                           "unmatched": len(self.pending), "backlog_per_second": backlog}), flush=True)
 
