@@ -245,7 +245,13 @@ class Watcher:
         ended_at: float | None = None
         commits = self.commits
         while not self.stop.is_set():
-            messages = c.consume(5000, 0.02)
+            # consume(n, timeout) waits for n messages or the timeout: a lone message would wait
+            # for the timeout. So: take what is there, else wait for the first, then the rest.
+            messages = c.consume(5000, 0)
+            if not messages:
+                first = c.poll(0.02)
+                if first is not None:
+                    messages = [first, *c.consume(5000, 0)]
             received = time.time()
             commits.read()
             for m in messages:
