@@ -186,6 +186,24 @@ def _merged(lines: list[dict]) -> dict[int, int]:  # type: ignore[type-arg]
     return out
 
 
+def storage(url: str, table: str, spec: str) -> None:
+    """PostgreSQL: set the table's storage parameters (``name=value,...``) before the run, or
+    with ``reset:name,...`` put them back to the server's defaults (a before/after comparison
+    of what ``reaper init-db`` sets)."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    with engine.begin() as c:
+        if spec.startswith("reset:"):
+            c.execute(sa.text(f"ALTER TABLE {table} RESET ({spec[len('reset:'):]})"))
+        else:
+            c.execute(sa.text(f"ALTER TABLE {table} SET ({spec})"))
+        options = c.execute(sa.text("SELECT reloptions FROM pg_class WHERE oid = CAST(:t AS regclass)"),
+                            {"t": table}).scalar()
+    engine.dispose()
+    print(f"soak: {table}'s storage parameters: {options}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--database", default=os.environ.get("PYHARVEST_BENCH_DATABASE",
@@ -200,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partitions", type=int, default=10)
     p.add_argument("--out", default="benchmarks/results/soak", help="OUT.csv, OUT.json and OUT.png are written")
     p.add_argument("--metrics-port", type=int, default=0, help="the reaper's operations server (0: any free port)")
+    p.add_argument("--storage", default=None, help="PostgreSQL: the table's storage parameters for the run "
+                   "('autovacuum_vacuum_cost_delay=0,...', or 'reset:name,...' for the server's defaults)")
     p.add_argument("--table", default=None, help="the outbox table (default: a new one, dropped at the end)")
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -216,6 +236,8 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, object]:
     table = args.table or f"soak_{tag}"
     topics = [f"soak-{tag}-create", f"soak-{tag}-append"]
     create_outbox_table(args.database, table)
+    if args.storage:
+        storage(args.database, table, args.storage)
     create_topics(args.bootstrap, topics, args.partitions)
     work = out.parent / f".soak-{tag}"
     work.mkdir()

@@ -152,9 +152,15 @@ def run_one(args: argparse.Namespace, rate: float, delivery: str, work: Path) ->
                           run_dir / "harvester.log")
         children.append(harvester)
         harvester.expect(lambda s: s == "leading", "the harvester's election")
-        watcher = Child(child_cmd("benchmarks.steady_watch", [dumps(watch)]), run_dir / "watch.log")
-        children.append(watcher)
-        watcher.expect(lambda s: s.startswith("{"), "the consumer's start")
+        def start_watcher() -> Child:
+            watcher = Child(child_cmd("benchmarks.steady_watch", [dumps(watch)]), run_dir / "watch.log")
+            children.append(watcher)
+            watcher.expect(lambda s: s.startswith("{"), "the consumer's start")
+            return watcher
+
+        # --no-visible: the consumer reads the topics once the writers are done (the Kafka
+        # timestamps are in the records), so that its CPU is not taken from the relay's.
+        watcher = start_watcher() if args.visible else None
         writers = []
         for w in range(args.writers):
             one = dataclasses.replace(spec, writer=w)
@@ -163,7 +169,8 @@ def run_one(args: argparse.Namespace, rate: float, delivery: str, work: Path) ->
         for writer in writers:
             writer.expect(lambda s: s == "ready", "the writer's start")
         servers = MachineCpu(args.bootstrap)
-        cpu0 = {name: proc_sample(c.proc.pid)["cpu_s"] for name, c in (("harvester", harvester), ("watch", watcher))}
+        cpu0 = {"harvester": proc_sample(harvester.proc.pid)["cpu_s"],
+                "watch": proc_sample(watcher.proc.pid)["cpu_s"] if watcher else 0.0}
         if args.py_spy:
             spy = subprocess.Popen(["py-spy", "record", "--pid", str(harvester.proc.pid), "--rate", "200",
                                     "--duration", str(int(args.seconds)), "--format", "speedscope",
@@ -177,6 +184,12 @@ def run_one(args: argparse.Namespace, rate: float, delivery: str, work: Path) ->
                  "offered_seconds": max(x["offered_seconds"] for x in summaries),
                  "cpu_s": sum(x["cpu_s"] for x in summaries), "commit_s": sum(x["commit_s"] for x in summaries),
                  "late_max_ms": max(x["late_max_ms"] for x in summaries), "batches": sum(x["batches"] for x in summaries)}
+        # CPU over the offered time (the drain after it is short when the rate is sustainable).
+        cpu = {"harvester": proc_sample(harvester.proc.pid)["cpu_s"] - cpu0["harvester"],
+               "watch": proc_sample(watcher.proc.pid)["cpu_s"] - cpu0["watch"] if watcher else 0.0,
+               "writer": wrote["cpu_s"], **servers.since()}
+        if watcher is None:
+            watcher = start_watcher()
         groups: dict[int, dict[str, object]] = {}
         while True:
             line = json.loads(watcher.expect(lambda s: s.startswith("{"), "the consumer's figures"))
@@ -184,9 +197,6 @@ def run_one(args: argparse.Namespace, rate: float, delivery: str, work: Path) ->
                 final = line
                 break
             groups[line["group"]] = line
-        peak = proc_sample(harvester.proc.pid)
-        cpu = {"harvester": peak["cpu_s"] - cpu0["harvester"], "watch": proc_sample(watcher.proc.pid)["cpu_s"] - cpu0["watch"],
-               "writer": wrote["cpu_s"], **servers.since()}
         harvester.send("stop")
         engine = json.loads(harvester.expect(lambda s: s.startswith("{"), "the harvester's summary"))
         if args.py_spy:
@@ -201,7 +211,7 @@ def run_one(args: argparse.Namespace, rate: float, delivery: str, work: Path) ->
     result["records"] = n
     measured = groups.get(0, {})
     for kind in ("create", "append", "visible"):
-        result[kind] = measured.get(kind, {"n": 0})
+        result[kind] = measured.get(kind, {"n": 0}) if kind != "visible" or args.visible else {"n": 0}
     result["lost"], result["reordered"], result["duplicates"] = final["lost"], final["reordered"], final["duplicates"]
     backlog = final["backlog_per_second"]
     skip = int(args.warmup) + 1
@@ -223,14 +233,14 @@ def run_one(args: argparse.Namespace, rate: float, delivery: str, work: Path) ->
     result["sustainable"] = not reasons
     result["why_not"] = reasons
     if args.trace:
-        result["stages_ms"] = trace_stages(spec, run_dir, args.warmup)
+        result["stages_ms"] = trace_stages(spec, run_dir, args.warmup, args.visible)
     if not args.keep:
         drop(args.database, table)
         delete_topics(args.bootstrap, topics)
     return result
 
 
-def trace_stages(spec: Spec, run_dir: Path, warmup: float) -> dict[str, list[float]]:
+def trace_stages(spec: Spec, run_dir: Path, warmup: float, live: bool) -> dict[str, list[float]]:
     """The trace's stages; each record's commit times from its writer's commits file."""
     import bisect
 
@@ -257,7 +267,7 @@ def trace_stages(spec: Spec, run_dir: Path, warmup: float) -> dict[str, list[flo
     visible_at = array("d")
     with open(run_dir / "visible.bin", "rb") as f:
         visible_at.frombytes(f.read())
-    visible = {i: t for i, t in enumerate(visible_at) if t}
+    visible = {i: t for i, t in enumerate(visible_at) if t} if live else {}
     return stages(str(run_dir / "trace.json"), committed, visible, percentile, start + warmup)
 
 
@@ -312,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limits", default="{}", help='harvester limits as JSON, e.g. \'{"markBackoff": "5ms"}\'')
     p.add_argument("--producer-config", default="{}", help="producer properties as JSON (acks=all is set)")
     p.add_argument("--search", action="store_true", help="find the highest sustainable rate above --rates")
+    p.add_argument("--no-visible", dest="visible", action="store_false",
+                   help="no live consumer: the topics are read after the run (no visible latency; the consumer's CPU "
+                        "is then not taken from the relay's)")
     p.add_argument("--trace", action="store_true", help="time each record's stages in the harvester")
     p.add_argument("--py-spy", choices=("busy", "idle"), default=None, help="profile the harvester with py-spy")
     p.add_argument("--harvester-python", default=None, help="run the harvester with another environment's Python")
