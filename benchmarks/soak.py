@@ -312,7 +312,7 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, object]:
     end_size = (end.get("table_bytes") or 0) + (end.get("index_bytes") or 0)
     summary: dict[str, object] = {
         "database": args.database.split("://")[0].split("+")[0], "rate": args.rate, "minutes": args.minutes,
-        "delivery": args.delivery, "records": wrote["records"], "writer_cpu_s": round(wrote["cpu_s"], 1),
+        "delivery": args.delivery, "storage": args.storage, "records": wrote["records"], "writer_cpu_s": round(wrote["cpu_s"], 1),
         "lost": final["lost"], "reordered": final["reordered"], "duplicates": final["duplicates"],
         "reaper_exit": code, "end": end, "targets": verdicts(rows, lines, args.interval, end_size),
         "final_rows": rows[-1:],
