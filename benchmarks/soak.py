@@ -47,6 +47,7 @@ COLUMNS = ["interval", "minute", "load1", "offered_per_s", "published_per_s", "c
            "visible_p50_ms", "visible_p99_ms", "backlog", "rss_mib", "threads", "fds", "reaper_cpu_s",
            "marks_per_s", "rows_per_mark", "mark_ms", "purge_ms",
            "table_bytes", "index_bytes", "live_tuples", "dead_tuples", "autovacuum_runs", "vacuum_runs",
+           "mark_probe_buffers", "mark_probe_ms",
            "data_free_bytes", "file_bytes", "history_list_length"]
 
 

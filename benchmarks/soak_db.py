@@ -3,7 +3,9 @@
 PostgreSQL (per table, from ``pg_stat_user_tables`` and the size functions): the table's and
 its indexes' size on disk, live and dead tuples, how many times autovacuum (and a manual
 ``VACUUM``) has run on it. Dead tuples are what a mark has to step over: every purged row
-leaves one until vacuum reclaims it.
+leaves one until vacuum reclaims it, and the mark's walk of the primary key reads their index
+entries' pages. ``mark_probe_buffers`` counts the pages a mark's row choice reads now (an
+``EXPLAIN (ANALYZE, BUFFERS)`` of it, without the row locks).
 
 MariaDB / MySQL: the table's data and index length and its free space
 (``information_schema.TABLES``, InnoDB's estimates), the size of its file on disk, and
@@ -43,8 +45,18 @@ class TableStats:
             "SELECT pg_table_size(relid), pg_indexes_size(relid), n_live_tup, n_dead_tup, autovacuum_count,"
             " vacuum_count, autoanalyze_count FROM pg_stat_user_tables WHERE relid = CAST(:t AS regclass)"),
             {"t": self.table}).one()
-        return {"table_bytes": row[0], "index_bytes": row[1], "live_tuples": row[2], "dead_tuples": row[3],
-                "autovacuum_runs": row[4], "vacuum_runs": row[5], "autoanalyze_runs": row[6]}
+        out = {"table_bytes": row[0], "index_bytes": row[1], "live_tuples": row[2], "dead_tuples": row[3],
+               "autovacuum_runs": row[4], "vacuum_runs": row[5], "autoanalyze_runs": row[6]}
+        # The pages a mark's row choice reads: a measure of what dead tuples cost each mark that
+        # the machine's load does not blur (its time is printed beside it).
+        plan = c.execute(sa.text(
+            f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT id FROM {self.table}"
+            " WHERE leader_id IS NULL OR leader_id <> 'soak-probe' ORDER BY id LIMIT 1000")).scalar()
+        top = plan[0]["Plan"]
+        out["mark_probe_buffers"] = top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
+        out["mark_probe_ms"] = round(plan[0]["Execution Time"], 2)
+        c.rollback()
+        return out
 
     def _mysql(self, c: sa.Connection) -> dict[str, float]:
         row = c.execute(sa.text(

@@ -28,6 +28,7 @@ PANELS = [
     ("outbox size", [("table_bytes", "table", 1 / 2**20), ("index_bytes", "indexes", 1 / 2**20),
                      ("file_bytes", "file on disk", 1 / 2**20)], "MiB"),
     ("dead tuples and autovacuum", [("dead_tuples", "dead tuples", 1), ("live_tuples", "live tuples", 1)], "tuples"),
+    ("pages a mark reads (probe)", [("mark_probe_buffers", "buffers", 1)], "pages"),
     ("autovacuum runs (cumulative)", [("autovacuum_runs", "autovacuum", 1)], "runs"),
     ("InnoDB history list length (server-wide)", [("history_list_length", "undo records", 1)], "records"),
 ]
