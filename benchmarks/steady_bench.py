@@ -172,10 +172,13 @@ def run_one(args: argparse.Namespace, rate: float, delivery: str, work: Path) ->
         cpu0 = {"harvester": proc_sample(harvester.proc.pid)["cpu_s"],
                 "watch": proc_sample(watcher.proc.pid)["cpu_s"] if watcher else 0.0}
         if args.py_spy:
-            spy = subprocess.Popen(["py-spy", "record", "--pid", str(harvester.proc.pid), "--rate", "200",
-                                    "--duration", str(int(args.seconds)), "--format", "speedscope",
-                                    "--threads", "--idle" if args.py_spy == "idle" else "--nonblocking",
-                                    "-o", str(run_dir / "py-spy.json")],
+            # busy: where the harvester's threads spend CPU; idle: also where they wait; gil:
+            # only the thread holding the interpreter lock, sampled.
+            mode = {"busy": ["--nonblocking"], "idle": ["--idle"], "gil": ["--gil"]}[args.py_spy]
+            found = Path(sys.executable).with_name("py-spy")
+            spy = subprocess.Popen([str(found) if found.exists() else "py-spy", "record", "--pid", str(harvester.proc.pid),
+                                    "--rate", "200", "--duration", str(int(args.seconds)), "--format", "raw",
+                                    "--threads", *mode, "-o", str(run_dir / f"py-spy-{args.py_spy}.txt")],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for writer in writers:
             writer.send("go")
@@ -326,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="no live consumer: the topics are read after the run (no visible latency; the consumer's CPU "
                         "is then not taken from the relay's)")
     p.add_argument("--trace", action="store_true", help="time each record's stages in the harvester")
-    p.add_argument("--py-spy", choices=("busy", "idle"), default=None, help="profile the harvester with py-spy")
+    p.add_argument("--py-spy", choices=("busy", "idle", "gil"), default=None,
+                   help="profile the harvester with py-spy (collapsed stacks in the run's directory)")
     p.add_argument("--harvester-python", default=None, help="run the harvester with another environment's Python")
     p.add_argument("--keep", action="store_true", help="keep each run's table and topics")
     p.add_argument("--json", default="benchmarks/results/steady.json")
