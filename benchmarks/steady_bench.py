@@ -122,7 +122,8 @@ def backlog_slope(backlog: list[int], skip: int) -> float:
     return sum((x - mx) * (y - my) for x, y in enumerate(ys)) / sum((x - mx) ** 2 for x in range(n))
 
 
-def run_one(args: argparse.Namespace, rate: float, delivery: str, work: Path) -> dict[str, object]:
+def run_one(args: argparse.Namespace, rate: float, delivery: str, work: Path,
+            harvester_env: tuple[str, str | None] = ("", None)) -> dict[str, object]:
     from benchmarks.harvest_bench import MachineCpu
     from pyharvest.bindings.sql import create_outbox_table
 
@@ -145,10 +146,11 @@ def run_one(args: argparse.Namespace, rate: float, delivery: str, work: Path) ->
                   warmup=args.warmup,
                   visible_out=str(run_dir / "visible.bin") if args.trace else None, group=f"watch-{tag}")
     result: dict[str, object] = {"database": args.database.split("://")[0].split("+")[0], "delivery": delivery,
-                                 "rate": rate, "seconds": args.seconds, "load_start": load_average()}
+                                 "rate": rate, "seconds": args.seconds, "load_start": load_average(),
+                                 "harvester_env": harvester_env[0]}
     children: list[Child] = []
     try:
-        harvester = Child(child_cmd("benchmarks.steady_load", ["harvester", spec.dumps()], args.harvester_python),
+        harvester = Child(child_cmd("benchmarks.steady_load", ["harvester", spec.dumps()], harvester_env[1]),
                           run_dir / "harvester.log")
         children.append(harvester)
         harvester.expect(lambda s: s == "leading", "the harvester's election")
@@ -291,7 +293,7 @@ def print_row(r: dict[str, object]) -> None:
 
     cpu = r["cpu_us_per_record"]
     assert isinstance(cpu, dict)
-    print(f"{r['database']:>10} {r['delivery']:>13} {r['rate']:>7,.0f} {r['offered_per_second']:>9,.0f} "
+    print(f"{r['harvester_env'] or r['database']:>10} {r['delivery']:>13} {r['rate']:>7,.0f} {r['offered_per_second']:>9,.0f} "
           f"{lat('create'):>20} {lat('append'):>20} {lat('visible'):>20} {r['backlog_max']:>8,} "
           f"{'yes' if r['sustainable'] else 'no':>4} {r['load_start']:>5.1f} "
           f"{cpu['harvester']:>5.0f}/{cpu['database']:.0f}/{cpu['broker']:.0f}/{cpu['writer']:.0f}", flush=True)
@@ -331,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trace", action="store_true", help="time each record's stages in the harvester")
     p.add_argument("--py-spy", choices=("busy", "idle", "gil"), default=None,
                    help="profile the harvester with py-spy (collapsed stacks in the run's directory)")
-    p.add_argument("--harvester-python", default=None, help="run the harvester with another environment's Python")
+    p.add_argument("--harvesters", default="", help="before/after, interleaved: LABEL=PYTHON,... runs the harvester "
+                   "with each environment's Python in turn (an empty PYTHON: this one), rotating which goes first")
     p.add_argument("--keep", action="store_true", help="keep each run's table and topics")
     p.add_argument("--json", default="benchmarks/results/steady.json")
     args = p.parse_args(argv)
@@ -340,10 +343,17 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, object]] = []
     print(HEADER, flush=True)
     modes = args.delivery.split(",")
+    envs: list[tuple[str, str | None]] = [(label, python or None) for label, _, python in
+                                          (e.partition("=") for e in args.harvesters.split(",") if e)] or [("", None)]
+    turn = 0
     for rate in [float(r) for r in args.rates.split(",")]:
         for delivery in modes:
-            results.append(run_one(args, rate, delivery, work))
-            print_row(results[-1])
+            for env in envs[turn % len(envs):] + envs[:turn % len(envs)]:
+                results.append(run_one(args, rate, delivery, work, env))
+                print_row(results[-1])
+            turn += 1
+    if len(envs) == 2:
+        print_ratios(results, envs[0][0], envs[1][0])
     if args.search:
         for delivery in modes:
             results += search(args, delivery, [r for r in results if r["delivery"] == delivery], work)
@@ -357,6 +367,21 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps({"runs": results, "highest_sustainable": best}, indent=2))
     print(f"wrote {out}", file=sys.stderr)
     return 0 if all(r["lost"] == 0 and r["reordered"] == 0 for r in results) else 1
+
+
+def print_ratios(results: list[dict[str, object]], before: str, after: str) -> None:
+    """``after`` over ``before`` for each rate and mode: CreateTime p50 and p99, visible p99."""
+    print(f"\n{after} / {before}:")
+    pairs: dict[tuple[object, object], dict[str, dict[str, object]]] = {}
+    for r in results:
+        pairs.setdefault((r["rate"], r["delivery"]), {})[str(r["harvester_env"])] = r
+    for (rate, delivery), two in pairs.items():
+        if before in two and after in two:
+            def ratio(kind: str, q: str) -> str:
+                a, b = two[after][kind], two[before][kind]
+                return f"{a[q] / b[q]:.2f}" if isinstance(a, dict) and isinstance(b, dict) and a.get(q) and b.get(q) else "-"
+            print(f"  {rate:>7,.0f} {delivery:>13}: CreateTime p50 {ratio('create', 'p50')}, p99 {ratio('create', 'p99')}; "  # type: ignore[str-format]
+                  f"visible p99 {ratio('visible', 'p99')}")
 
 
 def search(args: argparse.Namespace, delivery: str, done: list[dict[str, object]], work: Path) -> list[dict[str, object]]:
