@@ -61,7 +61,7 @@ import yaml
 
 from pyharvest import OutboxRecord, stasher
 from pyharvest.bindings.sql import create_outbox_table
-from pyharvest.core.shards import shard_of
+from pyharvest.core.outbox.keys import shard_of
 
 from benchmarks.broker_process import broker_pids
 from benchmarks.tests_support import create_topic

@@ -1,14 +1,14 @@
 """The MP/R engine, Fast NELI leader election, configuration, events and metrics.
 
 Nothing here imports a database driver, SQLAlchemy or a Kafka client: the engine talks to
-the world through :class:`~pyharvest.core.binding.DatabaseBinding` and the protocols of
-:mod:`pyharvest.core.kafka`.
+the world through :class:`~pyharvest.core.ports.database.DatabaseBinding` and the protocols of
+:mod:`pyharvest.core.ports.kafka`.
 """
 
-from pyharvest.core.binding import DatabaseBinding
-from pyharvest.core.config import Config, Limits, LoggingConfig, ReaperConfig
+from pyharvest.core.ports.database import DatabaseBinding
+from pyharvest.core.config.settings import Config, Limits, LoggingConfig, ReaperConfig
 from pyharvest.core.errors import BindingError, ConfigError, HarvestError
-from pyharvest.core.events import (
+from pyharvest.core.telemetry.events import (
     DeliveryFailed,
     Event,
     EventHandler,
@@ -20,9 +20,9 @@ from pyharvest.core.events import (
     MeterStats,
     RecordQuarantined,
 )
-from pyharvest.core.harvest import HarvestEngine, State
-from pyharvest.core.records import InvalidRecordError, OutboxRecord, validate_record
-from pyharvest.core.sharded import ShardedHarvestEngine
+from pyharvest.core.engine.harvest import HarvestEngine, State
+from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord, validate_record
+from pyharvest.core.engine.sharded import ShardedHarvestEngine
 
 __all__ = [
     "BindingError",

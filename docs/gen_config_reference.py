@@ -1,7 +1,7 @@
 """Generate the configuration reference from the config classes, so it cannot drift.
 
 Keys, Python attributes, types and defaults come from the dataclasses themselves
-(:class:`~pyharvest.core.config.Config`, ``Limits``, ``LoggingConfig`` and the ``metrics:``
+(:class:`~pyharvest.core.config.settings.Config`, ``Limits``, ``LoggingConfig`` and the ``metrics:``
 section's ``OpsConfig``); the environment variable of each key from
 :mod:`pyharvest.envconfig`'s naming. Descriptions come from the tables of
 ``docs/configuration.md`` (``harvest:`` and ``limits:``), from ``OpsConfig``'s docstring
@@ -132,8 +132,8 @@ class Row:
 
 def _rows() -> Iterator[tuple[str, str, list[Row]]]:
     from pyharvest.bindings.ops.config import METRICS_KEYS, OpsConfig
-    from pyharvest.core.config import Config, Limits, LoggingConfig
-    from pyharvest.core.durations import format_duration
+    from pyharvest.core.config.settings import Config, Limits, LoggingConfig
+    from pyharvest.core.config.durations import format_duration
 
     tables = _doc_tables(DOCS / "configuration.md")
     missing: list[str] = []
@@ -204,7 +204,7 @@ def _rows() -> Iterator[tuple[str, str, list[Row]]]:
             describe("logging", f.name, [LOGGING_DESCRIPTIONS.get]), _env_name(("logging", f.name)))
         for f in dataclasses.fields(LoggingConfig)
     ]
-    yield "logging", "The `logging:` section: `pyharvest.core.config.LoggingConfig`.", rows
+    yield "logging", "The `logging:` section: `pyharvest.core.config.settings.LoggingConfig`.", rows
 
     # metrics:
     ops_defaults = OpsConfig()

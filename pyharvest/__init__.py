@@ -6,9 +6,9 @@ key, at least once, with one leader at a time among any number of processes.
 """
 
 from pyharvest._harvest import Harvest, ShardedHarvest
-from pyharvest.core.config import Config, Limits
+from pyharvest.core.config.settings import Config, Limits
 from pyharvest.core.errors import BindingError, ConfigError, HarvestError
-from pyharvest.core.events import (
+from pyharvest.core.telemetry.events import (
     DeliveryFailed,
     Event,
     EventHandler,
@@ -20,8 +20,8 @@ from pyharvest.core.events import (
     MeterStats,
     RecordQuarantined,
 )
-from pyharvest.core.harvest import State
-from pyharvest.core.records import InvalidRecordError, OutboxRecord
+from pyharvest.core.engine.harvest import State
+from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
 from pyharvest.stasher.errors import (
     KeyTooLongError,
     OutboxTableChangedError,

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 from pyharvest._commands.exits import EXIT_OK, EXIT_USAGE, error_exit
 from pyharvest._commands.files import add_file_argument
 from pyharvest._commands.process import run_command, setup_logging
-from pyharvest.core.config import POISON_POLICIES, mask_data_source, resolve_section, section_errors
+from pyharvest.core.config.settings import POISON_POLICIES, mask_data_source, resolve_section, section_errors
 
 if TYPE_CHECKING:
-    from pyharvest.core.config import Config as HarvestConfig
-    from pyharvest.core.config import ReaperConfig
+    from pyharvest.core.config.settings import Config as HarvestConfig
+    from pyharvest.core.config.settings import ReaperConfig
 
 log = logging.getLogger("pyharvest.reaper")
 
@@ -116,9 +116,9 @@ def check_harvest_config(cfg: HarvestConfig) -> None:
     from pyharvest.bindings.kafka.preflight import check_properties
     from pyharvest.bindings.sql.connect import load_driver, resolve
     from pyharvest.core.errors import KafkaPropertyError
-    from pyharvest.core.group_protocol import leader_client_configs
-    from pyharvest.core.kafka_origins import explain_harvest_refusal
-    from pyharvest.core.sender import producer_config
+    from pyharvest.core.election.group_protocol import leader_client_configs
+    from pyharvest.core.config.kafka_origins import explain_harvest_refusal
+    from pyharvest.core.delivery.sender import producer_config
     from pyharvest.plugins.api import parse_table_name
 
     parse_table_name(cfg.outbox_table)

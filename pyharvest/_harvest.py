@@ -6,16 +6,16 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Self
 
-from pyharvest.core.binding import DatabaseBinding, ShardableBinding
-from pyharvest.core.config import Config
+from pyharvest.core.ports.database import DatabaseBinding, ShardableBinding
+from pyharvest.core.config.settings import Config
 from pyharvest.core.errors import ConfigError
-from pyharvest.core.events import EventHandler
-from pyharvest.core.harvest import HarvestEngine
-from pyharvest.core.health import Health
-from pyharvest.core.kafka import KafkaClients
-from pyharvest.core.lifecycle import State
-from pyharvest.core.metrics import HarvestMetrics
-from pyharvest.core.sharded import ShardedHarvestEngine
+from pyharvest.core.telemetry.events import EventHandler
+from pyharvest.core.engine.harvest import HarvestEngine
+from pyharvest.core.telemetry.health import Health
+from pyharvest.core.ports.kafka import KafkaClients
+from pyharvest.core.engine.lifecycle import State
+from pyharvest.core.telemetry.metrics import HarvestMetrics
+from pyharvest.core.engine.sharded import ShardedHarvestEngine
 
 if TYPE_CHECKING:
     from pyharvest.bindings.sql import SqlBinding
@@ -60,13 +60,13 @@ class Harvest:
     leader group needs the same ``shards``; the leader topic's partition count is checked
     against it at start.
 
-    ``on_event`` receives every :mod:`~pyharvest.core.events` event (as does a handler given
+    ``on_event`` receives every :mod:`~pyharvest.core.telemetry.events` event (as does a handler given
     to :meth:`set_event_handler`, before or after :meth:`start`); with shards, each carries its
     ``shard``. ``binding`` and ``kafka`` replace the defaults (the SQL binding chosen by
     ``config.binding`` or the data source's scheme, and confluent-kafka clients).
 
     What runs underneath is :attr:`runner`: a :class:`pyharvest.core.HarvestEngine` for one
-    shard, a :class:`~pyharvest.core.sharded.ShardedHarvestEngine` for more.
+    shard, a :class:`~pyharvest.core.engine.sharded.ShardedHarvestEngine` for more.
     """
 
     def __init__(
@@ -127,7 +127,7 @@ class Harvest:
         self.join()
 
     def set_event_handler(self, handler: EventHandler) -> None:
-        """Register the callback for :mod:`pyharvest.core.events`, before or after :meth:`start`."""
+        """Register the callback for :mod:`pyharvest.core.telemetry.events`, before or after :meth:`start`."""
         self.runner.set_event_handler(handler)
 
     def health(self) -> Health:

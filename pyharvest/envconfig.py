@@ -45,7 +45,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from pyharvest.core.config import Config, Limits, LoggingConfig, ReaperConfig, mask_kafka_config, read_yaml_file
+from pyharvest.core.config.settings import Config, Limits, LoggingConfig, ReaperConfig, mask_kafka_config, read_yaml_file
 from pyharvest.core.errors import ConfigError
 
 __all__ = ["PREFIX", "Override", "apply_env_overrides", "env_overrides", "load_reaper_config", "parse_value"]
@@ -100,7 +100,7 @@ class Override:
         if len(self.path) >= 2 and self.path[-2] in ("baseKafkaConfig", "producerKafkaConfig"):
             return mask_kafka_config({self.path[-1]: self.value})[self.path[-1]]
         if self.path[-1] == "dataSource" and isinstance(self.value, str):
-            from pyharvest.core.config import mask_data_source
+            from pyharvest.core.config.settings import mask_data_source
 
             return mask_data_source(self.value)
         if re.search(r"password|secret|token", self.path[-1], re.IGNORECASE):

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
-from pyharvest.core.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap
+from pyharvest.core.ports.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap
 
 
 class FakeBinding:
@@ -38,7 +38,7 @@ class FakeBinding:
             return rid
 
     def mark(self, leader_id: str, limit: int):  # -> list[OutboxRecord]
-        from pyharvest.core.records import OutboxRecord
+        from pyharvest.core.outbox.records import OutboxRecord
 
         with self._lock:
             self.marks += 1
@@ -280,7 +280,7 @@ class FakeTransactionalProducer(FakeProducer):
         self.commits = 0
 
     def _check(self) -> None:
-        from pyharvest.core.kafka import TransactionError
+        from pyharvest.core.ports.kafka import TransactionError
 
         if self.epoch != self.txns.epochs[self.txn_id]:
             raise TransactionError("fenced", "PRODUCER_FENCED: a newer producer has the transactional.id")
@@ -306,7 +306,7 @@ class FakeTransactionalProducer(FakeProducer):
         return 0
 
     def commit_transaction(self, timeout: float) -> None:
-        from pyharvest.core.kafka import TransactionError
+        from pyharvest.core.ports.kafka import TransactionError
 
         txns = self.txns
         if txns.hold_commit is not None:

@@ -18,7 +18,7 @@ import time
 import sqlalchemy as sa
 
 from pyharvest import OutboxTableChangedError
-from pyharvest.core.records import OutboxRecord
+from pyharvest.core.outbox.records import OutboxRecord
 from pyharvest.stasher import Stasher
 
 KEYS = 40

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from pyharvest import stasher
 from pyharvest.bindings.sql import GOHARVEST, create_binding, create_outbox_table
-from pyharvest.core.records import InvalidRecordError, OutboxRecord
+from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
 from pyharvest.stasher import Stasher
 from tests.fixtures.databases import selected_dialects
 

@@ -25,7 +25,7 @@ from pyharvest import Config, ConfigError, Harvest, Limits, OutboxRecord, stashe
 from pyharvest._cli import main as reaper
 from pyharvest.bindings.sql import create_binding, create_outbox_table
 from pyharvest.core.errors import BindingError
-from pyharvest.core.records import InvalidRecordError
+from pyharvest.core.outbox.records import InvalidRecordError
 from pyharvest.plugins.api import GOHARVEST
 from tests.fakes import FakeBinding, FakeKafka
 from tests.kafka_tools import create_topic, read_topic, values_per_key

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from pyharvest import OutboxRecord
 from pyharvest.bindings.sql import create_binding
-from pyharvest.core.binding import QuarantineEntry
+from pyharvest.core.ports.database import QuarantineEntry
 from tests.test_quarantine import stash_all
 
 

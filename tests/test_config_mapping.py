@@ -1,4 +1,4 @@
-"""The YAML conventions the harvester's and the inbox's configurations share (pyharvest.core.config_mapping)."""
+"""The YAML conventions the harvester's and the inbox's configurations share (pyharvest.core.config.mapping)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import dataclass, field, fields
 
 import pytest
 
-from pyharvest.core.config import Config, Limits
-from pyharvest.core.config_mapping import (
+from pyharvest.core.config.settings import Config, Limits
+from pyharvest.core.config.mapping import (
     config_to_mapping,
     limits_from_mapping,
     limits_to_mapping,
@@ -184,7 +184,7 @@ def test_repr_and_str_show_the_class_and_no_secret():
 
 
 def test_one_file_may_hold_every_commands_section():
-    from pyharvest.core.config import file_sections
+    from pyharvest.core.config.settings import file_sections
 
     data = {"harvest": {}, "inbox": {}, "logging": {}, "metrics": {}}
     assert file_sections(data, "inbox") is data

@@ -9,8 +9,8 @@ from collections import defaultdict
 import pytest
 
 from pyharvest.core import Config, HarvestEngine, Limits, State
-from pyharvest.core.events import LeaderAcquired, LeaderFenced, LeaderRefreshed, LeaderRevoked, MeterRead
-from pyharvest.core.kafka import DeliveryError
+from pyharvest.core.telemetry.events import LeaderAcquired, LeaderFenced, LeaderRefreshed, LeaderRevoked, MeterRead
+from pyharvest.core.ports.kafka import DeliveryError
 from tests.fakes import FakeBinding, FakeKafka
 from tests.waiting import wait_until
 
@@ -224,7 +224,7 @@ def poison_for(bad_key: str):
 
 
 def test_quarantine_parks_only_the_poisoned_key_and_replay_resumes_it_in_order():
-    from pyharvest.core.events import DeliveryFailed, RecordQuarantined
+    from pyharvest.core.telemetry.events import DeliveryFailed, RecordQuarantined
 
     db, kafka = FakeBinding(), FakeKafka()
     db.insert("data", "bad", b"before")
@@ -337,7 +337,7 @@ def test_one_harvest_honours_shards_and_sharded_harvest_is_its_deprecated_name()
     from dataclasses import replace
 
     from pyharvest import ConfigError, Harvest, ShardedHarvest
-    from pyharvest.core.sharded import ShardedHarvestEngine
+    from pyharvest.core.engine.sharded import ShardedHarvestEngine
 
     db = FakeBinding()
     cfg = replace(make(db, FakeKafka()).config, shards=4)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pyharvest.core.config import ReaperConfig
+from pyharvest.core.config.settings import ReaperConfig
 from pyharvest.core.errors import ConfigError
 from pyharvest.envconfig import apply_env_overrides, env_overrides, load_reaper_config, parse_value
 
@@ -208,7 +208,7 @@ def test_the_generated_configuration_reference_covers_every_key(monkeypatch):
     import dataclasses
 
     from pyharvest.bindings.ops.config import METRICS_KEYS
-    from pyharvest.core.config import Config, Limits
+    from pyharvest.core.config.settings import Config, Limits
 
     path = Path(__file__).parent.parent / "docs" / "gen_config_reference.py"
     spec = importlib.util.spec_from_file_location("gen_config_reference", path)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import inspect
 
-from pyharvest.core import errors, kafka
+from pyharvest.core import errors
+from pyharvest.core.ports import kafka
 
 
 def test_every_error_is_a_harvest_error():

@@ -128,7 +128,7 @@ class Lease:
         self.leading = False
 
     def acquire(self) -> None:
-        from pyharvest.core.neli import LeaderStatus
+        from pyharvest.core.election.neli import LeaderStatus
 
         self._pending = LeaderStatus.ACQUIRED
 
@@ -159,7 +159,7 @@ class Lease:
 
 def leader(config: Config, clients, leases: list):
     from pyharvest._harvest import _sql_binding
-    from pyharvest.core.harvest import HarvestEngine
+    from pyharvest.core.engine.harvest import HarvestEngine
 
     def lease(on_status):
         leases.append(Lease(on_status))

@@ -29,7 +29,7 @@ from tests.fixtures.kafka import on_embedded_broker
 from benchmarks.topic_check import read_back
 from pyharvest import Config, Harvest, Limits, OutboxRecord, stasher
 from pyharvest.bindings.sql import create_outbox_table
-from pyharvest.core.events import LeaderAcquired, LeaderFenced, LeaderRefreshed
+from pyharvest.core.telemetry.events import LeaderAcquired, LeaderFenced, LeaderRefreshed
 from tests.faults.kafka import proxied_broker
 from tests.faults.proxy import FaultProxy, _Conn
 from tests.kafka_tools import create_topic

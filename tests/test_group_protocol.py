@@ -9,11 +9,11 @@ import logging
 import pytest
 
 from pyharvest.core import Config
-from pyharvest.core.config import ReaperConfig
+from pyharvest.core.config.settings import ReaperConfig
 from pyharvest.core.errors import ConfigError, TopicError
-from pyharvest.core.group_protocol import GroupSession, SessionBounds, choose_session, wanted_session
-from pyharvest.core.group_protocol import leader_client_configs, shard_client_configs
-from pyharvest.core.neli import ShardGroup
+from pyharvest.core.election.group_protocol import GroupSession, SessionBounds, choose_session, wanted_session
+from pyharvest.core.election.group_protocol import leader_client_configs, shard_client_configs
+from pyharvest.core.election.neli import ShardGroup
 from pyharvest.envconfig import apply_env_overrides
 from tests.test_shard_group import Clients
 from tests.waiting import wait_until

@@ -20,7 +20,7 @@ from pyharvest.bindings.ops import OpsConfig, start_ops_server  # noqa: E402
 from pyharvest.bindings.ops.collector import HarvestCollector  # noqa: E402
 from pyharvest.core import Config, HarvestEngine, Limits  # noqa: E402
 from pyharvest.core.errors import ConfigError, HarvestError  # noqa: E402
-from pyharvest.core.kafka import DeliveryError  # noqa: E402
+from pyharvest.core.ports.kafka import DeliveryError  # noqa: E402
 from tests.fakes import FakeBinding, FakeKafka  # noqa: E402
 from tests.test_engine import fill, make, wait_until  # noqa: E402
 
@@ -417,7 +417,7 @@ def test_the_kubernetes_example_is_consistent():
     raw = yaml.safe_load(by_kind["ConfigMap"]["data"]["reaper.yaml"])
     reaper = next(c for c in by_kind["Deployment"]["spec"]["template"]["spec"]["containers"] if c["name"] == "reaper")
     env = {e["name"]: "from-k8s" for e in reaper["env"]}
-    from pyharvest.core.config import ReaperConfig
+    from pyharvest.core.config.settings import ReaperConfig
 
     cfg = ReaperConfig.from_mapping(apply_env_overrides(raw, env))
     assert cfg.harvest.data_source == "from-k8s"

@@ -10,8 +10,8 @@ import pytest
 
 from pyharvest.bindings.kafka.confluent import ConfluentClients
 from pyharvest.core import Config, HarvestEngine, Limits
-from pyharvest.core.events import LeaderAcquired, LeaderRevoked
-from pyharvest.core.kafka import TopicError
+from pyharvest.core.telemetry.events import LeaderAcquired, LeaderRevoked
+from pyharvest.core.ports.kafka import TopicError
 from tests.fakes import FakeBinding
 from tests.waiting import wait_until
 

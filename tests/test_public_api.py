@@ -8,7 +8,7 @@ import pytest
 
 import pyharvest
 import pyharvest.core
-from pyharvest.core import events
+from pyharvest.core.telemetry import events
 
 
 @pytest.mark.parametrize("package", [pyharvest, pyharvest.core], ids=lambda p: p.__name__)

@@ -21,8 +21,8 @@ from pyharvest import Config, Harvest, Limits, OutboxRecord, stasher
 from pyharvest._cli import main as reaper
 from pyharvest.bindings.sql import create_binding, create_outbox_table
 from pyharvest.bindings.sql.quarantine import QuarantineTable, quarantine_table_name
-from pyharvest.core.binding import QuarantineBinding, QuarantineEntry
-from pyharvest.core.events import DeliveryFailed, RecordQuarantined
+from pyharvest.core.ports.database import QuarantineBinding, QuarantineEntry
+from pyharvest.core.telemetry.events import DeliveryFailed, RecordQuarantined
 from pyharvest.plugins.api import TableName
 from pyharvest.verify import verify_topic
 from tests.kafka_tools import create_topic

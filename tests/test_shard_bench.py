@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.shard_bench import FailoverRun, SteadyWriter, measure_outage
-from pyharvest.core.shards import shard_of
+from pyharvest.core.outbox.keys import shard_of
 
 
 def test_outage_is_the_longest_commit_to_publish_delay_per_shard():

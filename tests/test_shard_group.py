@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from pyharvest.core.errors import TopicError
-from pyharvest.core.neli import LeaderStatus, Neli, ShardGroup
+from pyharvest.core.election.neli import LeaderStatus, Neli, ShardGroup
 
 
 class Consumer:
@@ -191,7 +191,7 @@ def test_a_partition_beyond_the_shards_means_another_reaper_disagrees() -> None:
 
 
 def test_the_leader_group_settings_keep_fencing_first_and_hear_of_rebalances_within_a_second() -> None:
-    from pyharvest.core.group_protocol import leader_client_configs
+    from pyharvest.core.election.group_protocol import leader_client_configs
 
     consumer, producer = leader_client_configs({"bootstrap.servers": "k:9092"}, "g", 5.0)
     # The group expires a dead member only well after a cut-off leader fenced itself.

@@ -22,8 +22,8 @@ from pyharvest import Config, Harvest, Limits, OutboxTableChangedError
 from pyharvest.bindings.sql import create_binding, create_outbox_table
 from pyharvest.bindings.sql.shard_schema import key_hash_guard_name
 from pyharvest.core.errors import BindingError
-from pyharvest.core.records import OutboxRecord
-from pyharvest.core.shards import key_hash
+from pyharvest.core.outbox.records import OutboxRecord
+from pyharvest.core.outbox.keys import key_hash
 from pyharvest.plugins.api import parse_table_name
 from pyharvest.stasher import Stasher
 from tests.waiting import wait_until

@@ -20,7 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from benchmarks.topic_check import NUDGE_KEY, read_back
 from pyharvest.bindings.sql import create_outbox_table
-from pyharvest.core.shards import shard_of
+from pyharvest.core.outbox.keys import shard_of
 from tests.fixtures.kafka import on_embedded_broker
 from tests.kafka_tools import create_topic
 from tests.test_failover import Reaper, wait_for

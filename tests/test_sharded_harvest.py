@@ -11,7 +11,7 @@ import pytest
 
 from pyharvest import Config, Harvest, LeaderAcquired, Limits
 from pyharvest.bindings.sql import create_outbox_table
-from pyharvest.core.shards import shard_of
+from pyharvest.core.outbox.keys import shard_of
 from tests.kafka_tools import create_topic, read_topic, values_per_key
 from tests.test_harvest_e2e import collapse_one_off_duplicates, wait_empty, write_concurrently
 from tests.waiting import wait_until
@@ -122,7 +122,7 @@ def test_changing_the_number_of_shards_keeps_order(kafka_config, kafka_bootstrap
 def test_metrics_and_probes_per_shard(kafka_config, kafka_bootstrap, database_url, table_name, topic_name) -> None:
     pytest.importorskip("prometheus_client")
     from pyharvest.bindings.ops import start_ops_server
-    from pyharvest.core.records import OutboxRecord
+    from pyharvest.core.outbox.records import OutboxRecord
     from tests.test_metrics_server import get, scrape
 
     create_outbox_table(database_url, table_name, shards=2)

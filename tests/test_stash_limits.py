@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 from pyharvest import KeyTooLongError, OutboxTableMissingError, RecordTooLargeError, stasher
 from pyharvest.bindings.sql import create_outbox_table
-from pyharvest.core.records import InvalidRecordError, OutboxRecord
+from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
 from pyharvest.plugins.api import KEY_LENGTH
 from pyharvest.stasher.errors import DEFAULT_MAX_RECORD_BYTES, PRODUCER_MESSAGE_MAX_BYTES
 from pyharvest.stasher import Stasher

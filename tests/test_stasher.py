@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from pyharvest import stasher as stasher_module
 from pyharvest.bindings.sql import create_binding, create_outbox_table
 from pyharvest.core.errors import ConfigError
-from pyharvest.core.records import InvalidRecordError, OutboxRecord
+from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
 from pyharvest.stasher import Stasher, stash
 
 

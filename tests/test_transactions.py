@@ -11,8 +11,8 @@ import pytest
 
 from pyharvest.core import Config, HarvestEngine, Limits
 from pyharvest.core.errors import ConfigError
-from pyharvest.core.kafka import DeliveryError
-from pyharvest.core.progress import decode_progress, encode_progress, transactional_id
+from pyharvest.core.ports.kafka import DeliveryError
+from pyharvest.core.transactions.progress import decode_progress, encode_progress, transactional_id
 from tests.fakes import FakeBinding, FakeKafka, FakeTransactionalKafka
 from tests.test_engine import fill, per_key
 from tests.waiting import wait_until

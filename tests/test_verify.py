@@ -12,7 +12,7 @@ from typing import ClassVar
 import pytest
 
 from pyharvest._commands import verify as verify_command
-from pyharvest.core.records import OutboxRecord
+from pyharvest.core.outbox.records import OutboxRecord
 from pyharvest.verify import VerifyError, VerifyReport, expected_from_records, parse_identity, verify, verify_topic
 
 R = ["R0", "R1", "R2"]

@@ -31,7 +31,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from pyharvest.core.binding import QuarantineEntry
+from pyharvest.core.ports.database import QuarantineEntry
 from pyharvest.core.errors import BindingError
 from pyharvest.plugins.api import KEY_LENGTH, MAX_PART_LENGTH, TOPIC_LENGTH, OutboxTable, TableName, UTCDateTime
 

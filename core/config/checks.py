@@ -1,8 +1,8 @@
-"""What :class:`~pyharvest.core.config.Config` and :class:`~pyharvest.core.config.Limits`
+"""What :class:`~pyharvest.core.config.settings.Config` and :class:`~pyharvest.core.config.settings.Limits`
 refuse when they are built: values of the wrong type.
 
 Python callers pass values directly, not through the YAML readers of
-:mod:`~pyharvest.core.config_mapping`; a wrong type must fail where it is written, naming the
+:mod:`~pyharvest.core.config.mapping`; a wrong type must fail where it is written, naming the
 field, not later as an ``AttributeError`` in ``repr()`` or a ``TypeError`` in arithmetic.
 Ranges and defaults stay with ``resolve()``. Errors name the Python attribute the caller
 wrote (``limits.heartbeat_timeout``).
@@ -14,12 +14,12 @@ from collections.abc import Collection, Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from pyharvest.core.config_mapping import did_you_mean, yaml_key
-from pyharvest.core.durations import parse_duration
+from pyharvest.core.config.mapping import did_you_mean, yaml_key
+from pyharvest.core.config.durations import parse_duration
 from pyharvest.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from pyharvest.core.config import Config, Limits
+    from pyharvest.core.config.settings import Config, Limits
 
 __all__ = ["check_config_types", "check_limits_types", "limits_keywords"]
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from pyharvest.core.errors import ConfigError, KafkaPropertyError
 
 if TYPE_CHECKING:
-    from pyharvest.core.config import Config
+    from pyharvest.core.config.settings import Config
 
 __all__ = ["explain_harvest_refusal", "explain_refusal", "property_origin"]
 

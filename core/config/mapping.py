@@ -1,6 +1,6 @@
 """How a configuration dataclass meets its YAML mapping: camelCase keys, Go durations, masked secrets.
 
-The harvester's configuration (:mod:`pyharvest.core.config`) and the inbox's
+The harvester's configuration (:mod:`pyharvest.core.config.settings`) and the inbox's
 (:mod:`pyharvest.inbox.config`) follow the same conventions; this is their one
 implementation. Fields are recognised by the names both configurations use:
 ``limits`` (a nested section with its own ``to_mapping()``), ``*_kafka_config``
@@ -13,9 +13,9 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from pyharvest.core.durations import format_duration, parse_duration
+from pyharvest.core.config.durations import format_duration, parse_duration
 from pyharvest.core.errors import ConfigError
-from pyharvest.core.masking import mask_data_source, mask_kafka_config
+from pyharvest.core.config.masking import mask_data_source, mask_kafka_config
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

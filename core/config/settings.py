@@ -18,8 +18,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyharvest.core.config_checks import check_config_types, check_limits_types, limits_keywords
-from pyharvest.core.config_mapping import (
+from pyharvest.core.config.checks import check_config_types, check_limits_types, limits_keywords
+from pyharvest.core.config.mapping import (
     ValueReader,
     config_to_mapping,
     did_you_mean,
@@ -32,10 +32,10 @@ from pyharvest.core.config_mapping import (
     section_from_mapping,
     yaml_key,
 )
-from pyharvest.core.durations import format_duration
+from pyharvest.core.config.durations import format_duration
 from pyharvest.core.errors import ConfigError
-from pyharvest.core.group_protocol import GROUP_PROTOCOLS
-from pyharvest.core.masking import mask_data_source, mask_kafka_config
+from pyharvest.core.election.group_protocol import GROUP_PROTOCOLS
+from pyharvest.core.config.masking import mask_data_source, mask_kafka_config
 
 __all__ = [
     "Config",
@@ -181,7 +181,7 @@ def file_sections(data: object, section: str) -> Mapping[str, Any]:
 def read_yaml_file(path: str) -> Any:
     """The YAML document in ``path`` (``{}`` if empty), with one-line errors for a missing file
     or bad YAML."""
-    from pyharvest.core.yaml_loading import load_yaml
+    from pyharvest.core.config.yaml_files import load_yaml
 
     try:
         with open(path, encoding="utf-8") as f:
@@ -265,7 +265,7 @@ class Config:
     #: a time, so up to this many processes publish at once. 1 is goharvest's single leader.
     shards: int = 1
     #: The leader group's Kafka group protocol: ``classic``, or ``consumer`` (KIP-848; Apache
-    #: Kafka 4.0+). See :mod:`pyharvest.core.group_protocol`.
+    #: Kafka 4.0+). See :mod:`pyharvest.core.election.group_protocol`.
     group_protocol: str = "classic"
     #: ``at-least-once`` (goharvest's; a leader that dies between Kafka's ack and the purge
     #: leaves its records to be published again) or ``exactly-once``: each batch is published
@@ -412,7 +412,7 @@ class ReaperConfig:
 
     @classmethod
     def from_yaml(cls, text: str, source: str = "<string>") -> ReaperConfig:
-        from pyharvest.core.yaml_loading import load_yaml
+        from pyharvest.core.config.yaml_files import load_yaml
 
         data = load_yaml(text, source)
         return cls.from_mapping(data if data is not None else {})

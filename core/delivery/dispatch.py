@@ -1,6 +1,6 @@
 """Dispatch control: whether marked records may go out now, decided under one lock with the gate.
 
-Upholds invariant 3 of the engine (:mod:`pyharvest.core.harvest`): once ``force_remark`` is
+Upholds invariant 3 of the engine (:mod:`pyharvest.core.engine.harvest`): once ``force_remark`` is
 raised, nothing more is dispatched, neither newly marked records nor the records parked behind a
 key whose barrier drops. The flags and the gate are read and changed under one condition:
 a dispatch that read the flag a moment before a failure raised it could otherwise send a
@@ -16,9 +16,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from pyharvest.core.gate import KeyGate
-from pyharvest.core.logs import log
-from pyharvest.core.records import OutboxRecord
+from pyharvest.core.delivery.gate import KeyGate
+from pyharvest.core.telemetry.logs import log
+from pyharvest.core.outbox.records import OutboxRecord
 
 __all__ = ["Dispatcher"]
 

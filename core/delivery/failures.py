@@ -2,8 +2,8 @@
 whether it is quarantined (:class:`FailedAttempts`), and retry a database settlement (purge,
 reset, quarantine) until it succeeds or may no longer be tried (:func:`settle`).
 
-The at-least-once delivery thread (:mod:`pyharvest.core.delivery`) and the exactly-once
-publisher (:mod:`pyharvest.core.transactions`) differ in what they do with the verdicts (reset
+The at-least-once delivery thread (:mod:`pyharvest.core.delivery.processor`) and the exactly-once
+publisher (:mod:`pyharvest.core.transactions.publisher`) differ in what they do with the verdicts (reset
 and remark, or hold a key out of the next transactions), not in the verdicts themselves.
 """
 
@@ -14,14 +14,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from pyharvest.core.binding import QuarantineEntry
-from pyharvest.core.config import Config
-from pyharvest.core.events import DeliveryFailed, Event, RecordQuarantined
-from pyharvest.core.kafka import DeliveryError
-from pyharvest.core.logs import log, one_line
-from pyharvest.core.metrics import HarvestMetrics
-from pyharvest.core.poison_hints import poison_hint, quarantine_hint
-from pyharvest.core.records import OutboxRecord
+from pyharvest.core.ports.database import QuarantineEntry
+from pyharvest.core.config.settings import Config
+from pyharvest.core.telemetry.events import DeliveryFailed, Event, RecordQuarantined
+from pyharvest.core.ports.kafka import DeliveryError
+from pyharvest.core.telemetry.logs import log, one_line
+from pyharvest.core.telemetry.metrics import HarvestMetrics
+from pyharvest.core.delivery.poison_hints import poison_hint, quarantine_hint
+from pyharvest.core.outbox.records import OutboxRecord
 
 __all__ = ["FailedAttempts", "Verdicts", "before", "settle"]
 

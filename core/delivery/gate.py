@@ -1,6 +1,6 @@
 """The per-key gate: one record per key in flight, the others parked behind it.
 
-Upholds invariant 1 of the engine (:mod:`pyharvest.core.harvest`): a record whose key already
+Upholds invariant 1 of the engine (:mod:`pyharvest.core.engine.harvest`): a record whose key already
 has a record in flight is parked instead of sent, and when that record is settled the gate
 hands back the key's next record, which takes over the key's place in flight. goharvest
 blocks its sender on a busy key; parking lets every other key carry on meanwhile.
@@ -11,7 +11,7 @@ a key and however large the backlog.
 
 The gate has no lock of its own. Whether a record may be sent depends on the gate *and* on
 whether a remark is pending, at the same instant (invariant 3), so its owner,
-:class:`~pyharvest.core.dispatch.Dispatcher`, calls every mutating method under the one
+:class:`~pyharvest.core.delivery.dispatch.Dispatcher`, calls every mutating method under the one
 condition that guards both; a second lock would cost an acquisition per batch and still not
 make that decision atomic. The counters may be read without the lock: a stale value only
 delays a decision to the next pass.
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Sequence
 
-from pyharvest.core.records import OutboxRecord
+from pyharvest.core.outbox.records import OutboxRecord
 
 __all__ = ["KeyGate"]
 

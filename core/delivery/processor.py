@@ -1,6 +1,6 @@
 """Delivery processing: settling records in the database once Kafka has answered for them.
 
-Upholds invariants 2 and 3 of the engine (:mod:`pyharvest.core.harvest`):
+Upholds invariants 2 and 3 of the engine (:mod:`pyharvest.core.engine.harvest`):
 
 * a batch of delivery reports is settled first (acknowledged rows purged, failed ones reset
   or quarantined) and its keys released only then, so that a successor is never sent while
@@ -20,14 +20,14 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from pyharvest.core.binding import DatabaseBinding, QuarantineBinding, QuarantineEntry
-from pyharvest.core.config import Config
-from pyharvest.core.events import Event, MeterRead
-from pyharvest.core.failures import FailedAttempts, before, settle
-from pyharvest.core.kafka import DeliveryError, Producer
-from pyharvest.core.logs import log
-from pyharvest.core.metrics import HarvestMetrics, Meter
-from pyharvest.core.records import OutboxRecord
+from pyharvest.core.ports.database import DatabaseBinding, QuarantineBinding, QuarantineEntry
+from pyharvest.core.config.settings import Config
+from pyharvest.core.telemetry.events import Event, MeterRead
+from pyharvest.core.delivery.failures import FailedAttempts, before, settle
+from pyharvest.core.ports.kafka import DeliveryError, Producer
+from pyharvest.core.telemetry.logs import log
+from pyharvest.core.telemetry.metrics import HarvestMetrics, Meter
+from pyharvest.core.outbox.records import OutboxRecord
 
 __all__ = ["COALESCE_SECONDS", "DeliveryProcessor", "Flight"]
 

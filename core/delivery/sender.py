@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from pyharvest.core.config import Config
-from pyharvest.core.delivery import Flight
-from pyharvest.core.identity import RECORD_ID_HEADER, identity_stamp
-from pyharvest.core.kafka import DeliveryError, KafkaClients, ProduceError, Producer
-from pyharvest.core.logs import log, one_line
-from pyharvest.core.metrics import HarvestMetrics
-from pyharvest.core.records import OutboxRecord
+from pyharvest.core.config.settings import Config
+from pyharvest.core.delivery.processor import Flight
+from pyharvest.core.outbox.identity import RECORD_ID_HEADER, identity_stamp
+from pyharvest.core.ports.kafka import DeliveryError, KafkaClients, ProduceError, Producer
+from pyharvest.core.telemetry.logs import log, one_line
+from pyharvest.core.telemetry.metrics import HarvestMetrics
+from pyharvest.core.outbox.records import OutboxRecord
 
 __all__ = ["DEFAULT_DELIVERY_TIMEOUT_MS", "DEFAULT_LINGER_MS", "Sender", "producer_config"]
 
@@ -91,7 +91,7 @@ class Sender:
 
     def abandon(self) -> None:
         """The leader was fenced: nothing it handed to the producer may reach Kafka from now
-        on (see :meth:`~pyharvest.core.kafka.Producer.abandon`); the failed reports reset the
+        on (see :meth:`~pyharvest.core.ports.kafka.Producer.abandon`); the failed reports reset the
         rows, which its successor will have remarked anyway."""
         producer = self.producer
         if producer is not None:

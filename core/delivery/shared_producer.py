@@ -3,7 +3,7 @@
 A producer per shard split each produce batch between the shards: at 4 shards in one process,
 the reapers used 60% more CPU per record and the broker 160% more than with 1 shard, enough to
 make two processes drain slower than one on two cores. Shards share a producer safely: their
-keys are disjoint, each message's delivery report still goes to the :class:`~pyharvest.core.delivery.Flight`
+keys are disjoint, each message's delivery report still goes to the :class:`~pyharvest.core.delivery.processor.Flight`
 of the shard that sent it, and idempotence keeps each partition's order whoever produced to it.
 
 One thread polls the shared producer and serves every report; each shard's delivery thread
@@ -18,8 +18,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from pyharvest.core.kafka import DeliveryCallback, KafkaClients, KafkaConfigMap, LeaderConsumer, Producer
-from pyharvest.core.logs import log, one_line
+from pyharvest.core.ports.kafka import DeliveryCallback, KafkaClients, KafkaConfigMap, LeaderConsumer, Producer
+from pyharvest.core.telemetry.logs import log, one_line
 
 __all__ = ["ProducerHandle", "ShardKafkaClients", "SharedProducer"]
 
@@ -87,7 +87,7 @@ class SharedProducer:
 
 
 class ProducerHandle:
-    """One shard's :class:`~pyharvest.core.kafka.Producer`: produces through the shared
+    """One shard's :class:`~pyharvest.core.ports.kafka.Producer`: produces through the shared
     producer; :meth:`poll` waits until the shared poller has served reports."""
 
     __slots__ = ("_owner", "_producer", "arrived")

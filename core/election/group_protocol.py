@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from pyharvest.core.errors import TopicError
-from pyharvest.core.kafka import KafkaConfigMap
+from pyharvest.core.ports.kafka import KafkaConfigMap
 
 __all__ = [
     "CLASSIC",
@@ -145,7 +145,7 @@ def leader_client_configs(
     configuration wins).
 
     Under the ``consumer`` protocol the broker holds the session and the heartbeat interval
-    (the group's own configuration, set by :class:`~pyharvest.core.neli.ShardGroup` at start) and assigns, so the
+    (the group's own configuration, set by :class:`~pyharvest.core.election.neli.ShardGroup` at start) and assigns, so the
     client settings librdkafka refuses there are left out, the Kafka configuration's included.
     """
     session = wanted_session(heartbeat_timeout)

@@ -1,5 +1,5 @@
 """A leader's heartbeats: published to each leader-topic partition it owns, and consumed back
-by the same member (:mod:`pyharvest.core.neli`), whose deadline on them fences a leader cut
+by the same member (:mod:`pyharvest.core.election.neli`), whose deadline on them fences a leader cut
 off from the cluster."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 
-from pyharvest.core.kafka import DeliveryError, Producer
+from pyharvest.core.ports.kafka import DeliveryError, Producer
 
 __all__ = ["Heartbeats"]
 

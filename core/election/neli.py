@@ -8,11 +8,11 @@ partition and consumes them; a shard whose heartbeats do not come back within
 that arrives later while the member still owns it restores it.
 
 :class:`ShardGroup` is the process's member of the group and :class:`ShardLease` one shard's
-leadership as its engine sees it. A sharded harvester (:mod:`~pyharvest.core.sharded`) pulses
+leadership as its engine sees it. A sharded harvester (:mod:`~pyharvest.core.engine.sharded`) pulses
 the group on a thread of its own; the single leader (:class:`Neli`) is the one-shard group,
 pulsed on its engine's main loop. With more than one shard the group assigns incrementally
 (cooperative-sticky under the classic group protocol; the broker's assignor under KIP-848's
-consumer protocol, :mod:`~pyharvest.core.group_protocol`), so a member joining or leaving moves
+consumer protocol, :mod:`~pyharvest.core.election.group_protocol`), so a member joining or leaving moves
 only the shards that change owner.
 
 Why order holds across a move: a revocation is served inside the group's poll, and
@@ -33,9 +33,9 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
-from pyharvest.core.config import Config
+from pyharvest.core.config.settings import Config
 from pyharvest.core.errors import TopicError
-from pyharvest.core.group_protocol import (
+from pyharvest.core.election.group_protocol import (
     CLASSIC,
     CLIENT_SESSION_SETTINGS,
     CONSUMER,
@@ -45,8 +45,8 @@ from pyharvest.core.group_protocol import (
     leader_client_configs,
     shard_client_configs,
 )
-from pyharvest.core.heartbeats import Heartbeats
-from pyharvest.core.kafka import KafkaClients, KafkaConfigMap, LeaderConsumer, Producer
+from pyharvest.core.election.heartbeats import Heartbeats
+from pyharvest.core.ports.kafka import KafkaClients, KafkaConfigMap, LeaderConsumer, Producer
 
 __all__ = [
     "LeaderStatus",

@@ -24,14 +24,14 @@ The engine's parts, each upholding its share:
 
 * this module: lifecycle (start, stop, health, events), leadership (NELI pulses, the leader
   id, fencing, remarks) and the main loop that marks;
-* :mod:`~pyharvest.core.gate`: per-key barriers, parked records, the in-flight window (1);
-* :mod:`~pyharvest.core.dispatch`: whether records may go out now (``force_remark``, leading),
+* :mod:`~pyharvest.core.delivery.gate`: per-key barriers, parked records, the in-flight window (1);
+* :mod:`~pyharvest.core.delivery.dispatch`: whether records may go out now (``force_remark``, leading),
   decided under one lock with the gate (3);
-* :mod:`~pyharvest.core.sender`: the producer, and one delivery report per record sent;
-* :mod:`~pyharvest.core.delivery`: reports settled in the database before keys are
+* :mod:`~pyharvest.core.delivery.sender`: the producer, and one delivery report per record sent;
+* :mod:`~pyharvest.core.delivery.processor`: reports settled in the database before keys are
   released (2 and 3).
 
-With ``delivery: exactly-once``, :mod:`~pyharvest.core.transactions` takes the place of the
+With ``delivery: exactly-once``, :mod:`~pyharvest.core.transactions.publisher` takes the place of the
 last four: a Kafka transaction per batch, whose rules (one producer per shard fenced by each
 new leader, a progress record per transaction, a takeover before the first mark) replace the
 per-key barrier.
@@ -46,24 +46,24 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 
-from pyharvest.core.binding import ChangeFeed, DatabaseBinding
-from pyharvest.core.config import Config, mask_data_source, mask_kafka_config
-from pyharvest.core.delivery import DeliveryProcessor, Flight
-from pyharvest.core.dispatch import Dispatcher
-from pyharvest.core.events import LeaderAcquired, LeaderFenced, LeaderRefreshed, LeaderRevoked
-from pyharvest.core.gate import KeyGate
-from pyharvest.core.health import DatabaseProbe, Health
-from pyharvest.core.identity import OUTBOX_HEADER, RECORD_ID_HEADER
-from pyharvest.core.idle import IdleBackoff, Wakeup
-from pyharvest.core.kafka import KafkaClients
-from pyharvest.core.lifecycle import Lifecycle, State
-from pyharvest.core.logs import label_thread, labelled, log, one_line
-from pyharvest.core.metrics import HarvestMetrics
-from pyharvest.core.neli import Leadership, LeaderStatus, Neli, group_settings
-from pyharvest.core.progress import check_transactions
-from pyharvest.core.repeats import CollapsingLogger
-from pyharvest.core.sender import Sender
-from pyharvest.core.transactions import TransactionalPublisher
+from pyharvest.core.ports.database import ChangeFeed, DatabaseBinding
+from pyharvest.core.config.settings import Config, mask_data_source, mask_kafka_config
+from pyharvest.core.delivery.processor import DeliveryProcessor, Flight
+from pyharvest.core.delivery.dispatch import Dispatcher
+from pyharvest.core.telemetry.events import LeaderAcquired, LeaderFenced, LeaderRefreshed, LeaderRevoked
+from pyharvest.core.delivery.gate import KeyGate
+from pyharvest.core.telemetry.health import DatabaseProbe, Health
+from pyharvest.core.outbox.identity import OUTBOX_HEADER, RECORD_ID_HEADER
+from pyharvest.core.engine.idle import IdleBackoff, Wakeup
+from pyharvest.core.ports.kafka import KafkaClients
+from pyharvest.core.engine.lifecycle import Lifecycle, State
+from pyharvest.core.telemetry.logs import label_thread, labelled, log, one_line
+from pyharvest.core.telemetry.metrics import HarvestMetrics
+from pyharvest.core.election.neli import Leadership, LeaderStatus, Neli, group_settings
+from pyharvest.core.transactions.progress import check_transactions
+from pyharvest.core.telemetry.repeats import CollapsingLogger
+from pyharvest.core.delivery.sender import Sender
+from pyharvest.core.transactions.publisher import TransactionalPublisher
 
 __all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "HarvestEngine", "Health", "State"]
 

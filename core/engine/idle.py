@@ -8,7 +8,7 @@ rows brings it back. The grace period keeps a busy outbox marked exactly as befo
 commit in bursts, and the short gaps between them must not stretch the pause.
 
 Where the binding can hear that rows were added (PostgreSQL's ``LISTEN``, see
-:class:`~pyharvest.core.binding.ChangeFeed`), a notification makes the next mark due at once,
+:class:`~pyharvest.core.ports.database.ChangeFeed`), a notification makes the next mark due at once,
 so a lone record is not kept waiting for the pause to end. Polling stays as the safety net: a
 lost notification costs at most one ``maxMarkBackoff``.
 """

@@ -2,8 +2,8 @@
 
 A harvester runs in the background from :meth:`Lifecycle.start` until :meth:`Lifecycle.stop`;
 :meth:`Lifecycle.join` waits for it and re-raises whatever crashed it, and ``with`` does both.
-:class:`~pyharvest.core.harvest.HarvestEngine` (one outbox, or one shard of it) and
-:class:`~pyharvest.core.sharded.ShardedHarvestEngine` (the shards this process leads) differ
+:class:`~pyharvest.core.engine.harvest.HarvestEngine` (one outbox, or one shard of it) and
+:class:`~pyharvest.core.engine.sharded.ShardedHarvestEngine` (the shards this process leads) differ
 only in what runs.
 """
 
@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Self
 
-from pyharvest.core.config import Config
+from pyharvest.core.config.settings import Config
 from pyharvest.core.errors import HarvestError, KafkaPropertyError
-from pyharvest.core.events import Event, EventHandler
-from pyharvest.core.kafka_origins import explain_harvest_refusal
-from pyharvest.core.logs import log, one_line
+from pyharvest.core.telemetry.events import Event, EventHandler
+from pyharvest.core.config.kafka_origins import explain_harvest_refusal
+from pyharvest.core.telemetry.logs import log, one_line
 
 __all__ = ["Lifecycle", "State"]
 
@@ -78,7 +78,7 @@ class Lifecycle:
         raise NotImplementedError
 
     def set_event_handler(self, handler: EventHandler) -> None:
-        """Register the callback for :mod:`pyharvest.core.events`, before or after :meth:`start`."""
+        """Register the callback for :mod:`pyharvest.core.telemetry.events`, before or after :meth:`start`."""
         self._event_handler = handler
 
     def stop(self) -> None:

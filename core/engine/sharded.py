@@ -1,10 +1,10 @@
 """Harvesting an outbox in shards: one MP/R engine per shard this process leads.
 
-:class:`ShardedHarvestEngine` joins the leader group once (:class:`~pyharvest.core.neli.ShardGroup`)
+:class:`ShardedHarvestEngine` joins the leader group once (:class:`~pyharvest.core.election.neli.ShardGroup`)
 and, the first time a shard's partition is assigned to it, starts a
-:class:`~pyharvest.core.harvest.HarvestEngine` for that shard: its own leader id, in-flight
+:class:`~pyharvest.core.engine.harvest.HarvestEngine` for that shard: its own leader id, in-flight
 window, delivery thread and binding (marking only the shard's rows). The shards share one data
-producer (:mod:`~pyharvest.core.shared_producer`), so their records batch together. Engines stay
+producer (:mod:`~pyharvest.core.delivery.shared_producer`), so their records batch together. Engines stay
 up when their shard moves away (they only stop leading), so a shard that comes back resumes
 at once. A crash of one process stalls only the shards it led, until the group gives them to
 the others; every other shard keeps publishing.
@@ -15,18 +15,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from pyharvest.core.binding import ShardableBinding
-from pyharvest.core.config import Config, mask_data_source, mask_kafka_config
+from pyharvest.core.ports.database import ShardableBinding
+from pyharvest.core.config.settings import Config, mask_data_source, mask_kafka_config
 from pyharvest.core.errors import HarvestError
-from pyharvest.core.harvest import HarvestEngine
-from pyharvest.core.health import Health
-from pyharvest.core.kafka import KafkaClients
-from pyharvest.core.lifecycle import Lifecycle, State
-from pyharvest.core.logs import log, one_line
-from pyharvest.core.neli import ShardGroup, group_settings
-from pyharvest.core.progress import check_transactions
-from pyharvest.core.sender import producer_config
-from pyharvest.core.shared_producer import ShardKafkaClients, SharedProducer
+from pyharvest.core.engine.harvest import HarvestEngine
+from pyharvest.core.telemetry.health import Health
+from pyharvest.core.ports.kafka import KafkaClients
+from pyharvest.core.engine.lifecycle import Lifecycle, State
+from pyharvest.core.telemetry.logs import log, one_line
+from pyharvest.core.election.neli import ShardGroup, group_settings
+from pyharvest.core.transactions.progress import check_transactions
+from pyharvest.core.delivery.sender import producer_config
+from pyharvest.core.delivery.shared_producer import ShardKafkaClients, SharedProducer
 
 __all__ = ["ShardedHarvestEngine"]
 
@@ -34,7 +34,7 @@ __all__ = ["ShardedHarvestEngine"]
 class ShardedHarvestEngine(Lifecycle):
     """Harvests ``config.shards`` shards of one outbox with the other processes of the group.
 
-    The same life cycle as :class:`~pyharvest.core.harvest.HarvestEngine`: ``start``, ``stop``,
+    The same life cycle as :class:`~pyharvest.core.engine.harvest.HarvestEngine`: ``start``, ``stop``,
     ``join``, a context manager, events (each carrying its ``shard``) and ``health()``.
     """
 

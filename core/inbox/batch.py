@@ -20,7 +20,7 @@ Handler failures under ``errorPolicy``:
 With a batch handler the messages that pass dedupe and parking are gathered and handed to it
 at commit, all of a transaction's at once. If it raises, which message failed is unknown: the
 transaction rolls back and is applied again with the handler's part done by
-:func:`~pyharvest.inbox.bisection.first_failure` (halves in savepoints), which names the
+:func:`~pyharvest.core.inbox.bisection.first_failure` (halves in savepoints), which names the
 failing message; from there the error policy goes on as for a per-message handler.
 """
 
@@ -37,16 +37,16 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from pyharvest.core.inbox.message import InboxMessage
 from pyharvest.core.inbox.ports import InboxConsumer, TopicPartition
-from pyharvest.inbox.bisection import first_failure
-from pyharvest.inbox.checkpoints import Checkpoints
-from pyharvest.inbox.deadletters import DeadLetters, describe_error, key_hash
-from pyharvest.inbox.dedupe import Dedupe, Source
+from pyharvest.core.inbox.bisection import first_failure
+from pyharvest.bindings.sql.inbox.checkpoints import Checkpoints
+from pyharvest.bindings.sql.inbox.deadletters import DeadLetters, describe_error, key_hash
+from pyharvest.bindings.sql.inbox.dedupe import Dedupe, Source
 from pyharvest.inbox.errors import HandlerError, first_line
-from pyharvest.inbox.partitions import Partitions
+from pyharvest.core.inbox.partitions import Partitions
 from pyharvest.inbox.ports import BatchHandler, Handler
-from pyharvest.inbox.recovery import connection_lost
-from pyharvest.inbox.stats import Counters
-from pyharvest.inbox.tables import DEAD, PARKED
+from pyharvest.core.inbox.recovery import connection_lost
+from pyharvest.core.inbox.stats import Counters
+from pyharvest.bindings.sql.inbox.tables import DEAD, PARKED
 
 __all__ = ["Batch", "BatchFailedError", "Batches", "HandlerFailedError"]
 

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 
 from pyharvest.core.inbox.message import InboxMessage
 from pyharvest.inbox.ports import BatchHandler
-from pyharvest.inbox.recovery import connection_lost
+from pyharvest.core.inbox.recovery import connection_lost
 
 __all__ = ["first_failure"]
 

@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from sqlalchemy.exc import SQLAlchemyError
 
 from pyharvest.core.inbox.ports import InboxConsumer, TopicPartition
-from pyharvest.inbox.batch import Batches
-from pyharvest.inbox.partitions import Partitions
-from pyharvest.inbox.recovery import Recovery
-from pyharvest.inbox.replay import Replayer
+from pyharvest.core.inbox.batch import Batches
+from pyharvest.core.inbox.partitions import Partitions
+from pyharvest.core.inbox.recovery import Recovery
+from pyharvest.core.inbox.replay import Replayer
 
 __all__ = ["ConsumeLoop"]
 

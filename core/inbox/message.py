@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
-from pyharvest.core.identity import OUTBOX_HEADER, RECORD_ID_HEADER
+from pyharvest.core.outbox.identity import OUTBOX_HEADER, RECORD_ID_HEADER
 
 __all__ = [
     "OUTBOX_HEADER",
@@ -31,7 +31,7 @@ __all__ = [
 
 
 #: A header as Kafka delivers it: raw bytes, or None for a null value. Not an outbox record's
-#: :data:`pyharvest.core.records.Header`, whose value is the str or bytes the stasher wrote.
+#: :data:`pyharvest.core.outbox.records.Header`, whose value is the str or bytes the stasher wrote.
 MessageHeader = tuple[str, bytes | None]
 
 

@@ -3,7 +3,7 @@
 Guarantee: a partition's messages are applied only after this consumer bumped the
 partition's fence in a committed transaction of its own (:meth:`Partitions.claim`), and
 every later transaction for it is checked against that fence (see
-:mod:`pyharvest.inbox.checkpoints`); the offset the claim read back is where consuming
+:mod:`pyharvest.bindings.sql.inbox.checkpoints`); the offset the claim read back is where consuming
 resumes, whatever Kafka's own committed offset says.
 """
 
@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
 from pyharvest.core.inbox.ports import TopicPartition
-from pyharvest.inbox.checkpoints import Checkpoints
-from pyharvest.inbox.deadletters import DeadLetters
+from pyharvest.bindings.sql.inbox.checkpoints import Checkpoints
+from pyharvest.bindings.sql.inbox.deadletters import DeadLetters
 from pyharvest.inbox.errors import first_line
 
 __all__ = ["Owned", "Partitions"]

@@ -21,13 +21,13 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from pyharvest.core.inbox.ports import TopicPartition
-from pyharvest.inbox.checkpoints import Checkpoints
+from pyharvest.bindings.sql.inbox.checkpoints import Checkpoints
 from pyharvest.inbox.errors import first_line
-from pyharvest.inbox.partitions import Partitions
-from pyharvest.inbox.stats import Counters
+from pyharvest.core.inbox.partitions import Partitions
+from pyharvest.core.inbox.stats import Counters
 
 if TYPE_CHECKING:
-    from pyharvest.inbox.batch import Batches
+    from pyharvest.core.inbox.batch import Batches
 
 __all__ = ["Recovery", "connection_lost"]
 

@@ -7,11 +7,11 @@ handler's effects, the dedupe identities and the deletion of the replayed messag
 together; copies already applied are deleted without being applied again. If one fails
 again, the transaction is redone without its effects: the messages before it stay applied,
 it becomes the key's dead letter with the new error, the key stays parked and the request
-is cleared. See :mod:`pyharvest.inbox.deadletters` for how replay is requested.
+is cleared. See :mod:`pyharvest.bindings.sql.inbox.deadletters` for how replay is requested.
 
 A batch handler gets the key's messages in one call. If it raises, the transaction is redone
 finding the failing message by bisection in savepoints
-(:func:`~pyharvest.inbox.bisection.first_failure`), and then redone once more without it.
+(:func:`~pyharvest.core.inbox.bisection.first_failure`), and then redone once more without it.
 """
 
 from __future__ import annotations
@@ -26,15 +26,15 @@ import sqlalchemy as sa
 
 from pyharvest.core.inbox.message import InboxMessage
 from pyharvest.core.inbox.ports import TopicPartition
-from pyharvest.inbox.bisection import first_failure
-from pyharvest.inbox.checkpoints import Checkpoints
-from pyharvest.inbox.deadletters import DeadLetter, DeadLetters, describe_error
-from pyharvest.inbox.dedupe import Dedupe
+from pyharvest.core.inbox.bisection import first_failure
+from pyharvest.bindings.sql.inbox.checkpoints import Checkpoints
+from pyharvest.bindings.sql.inbox.deadletters import DeadLetter, DeadLetters, describe_error
+from pyharvest.bindings.sql.inbox.dedupe import Dedupe
 from pyharvest.inbox.errors import first_line
-from pyharvest.inbox.partitions import Partitions
+from pyharvest.core.inbox.partitions import Partitions
 from pyharvest.inbox.ports import BatchHandler, Handler
-from pyharvest.inbox.recovery import connection_lost
-from pyharvest.inbox.stats import Counters
+from pyharvest.core.inbox.recovery import connection_lost
+from pyharvest.core.inbox.stats import Counters
 
 __all__ = ["Replayer"]
 

@@ -13,7 +13,7 @@ import json
 from base64 import b64decode, b64encode
 from collections.abc import Sequence
 
-from pyharvest.core.records import Header, HeaderValue
+from pyharvest.core.outbox.records import Header, HeaderValue
 
 __all__ = ["EMPTY_HEADERS", "NullableHeader", "decode_headers", "decode_nullable_headers", "encode_headers"]
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from pyharvest.core.records import OutboxRecord
+from pyharvest.core.outbox.records import OutboxRecord
 
 __all__ = ["ChangeFeed", "DatabaseBinding", "QuarantineBinding", "QuarantineEntry", "ShardableBinding"]
 
@@ -84,7 +84,7 @@ class ChangeFeed(Protocol):
     ``LISTEN``), so that an idle engine marks at once instead of at the end of its pause.
 
     A binding without one, or whose :meth:`watch` returns None, is polled
-    (:mod:`pyharvest.core.idle`). A notification may be lost (the feed reconnecting); polling
+    (:mod:`pyharvest.core.engine.idle`). A notification may be lost (the feed reconnecting); polling
     finds those rows within one ``maxMarkBackoff``.
     """
 

@@ -163,7 +163,7 @@ class TransactionalProducer(Producer, Protocol):
 @runtime_checkable
 class TransactionalKafkaClients(KafkaClients, Protocol):
     """Clients that can publish exactly once: transactional producers, and a read of the last
-    committed record of a partition (the progress log of :mod:`pyharvest.core.transactions`)."""
+    committed record of a partition (the progress log of :mod:`pyharvest.core.transactions.publisher`)."""
 
     def transactional_producer(self, config: KafkaConfigMap) -> TransactionalProducer: ...
 

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pyharvest.core.binding import DatabaseBinding
-from pyharvest.core.logs import log, one_line
+from pyharvest.core.ports.database import DatabaseBinding
+from pyharvest.core.telemetry.logs import log, one_line
 
 __all__ = ["PING_INTERVAL", "PING_TIMEOUT", "DatabaseProbe", "Health"]
 

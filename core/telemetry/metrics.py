@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pyharvest.core.events import MeterStats
+from pyharvest.core.telemetry.events import MeterStats
 
 __all__ = ["HarvestMetrics", "Meter"]
 

@@ -2,7 +2,7 @@
 producer settings, the progress record (which outbox ids a transaction carried), and the
 start-up check that the cluster runs transactions as exactly-once needs them.
 
-How they are used, and why that publishes each record once: :mod:`pyharvest.core.transactions`.
+How they are used, and why that publishes each record once: :mod:`pyharvest.core.transactions.publisher`.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import json
 import uuid
 from collections.abc import Sequence
 
-from pyharvest.core.config import Config
+from pyharvest.core.config.settings import Config
 from pyharvest.core.errors import ConfigError, HarvestError
-from pyharvest.core.kafka import KafkaClients, TopicError, TransactionalKafkaClients, TransactionError
-from pyharvest.core.sender import producer_config
+from pyharvest.core.ports.kafka import KafkaClients, TopicError, TransactionalKafkaClients, TransactionError
+from pyharvest.core.delivery.sender import producer_config
 
 __all__ = [
     "TRANSACTION_CALL_SECONDS",

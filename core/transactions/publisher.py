@@ -23,8 +23,8 @@ docs/algorithm.md gives the argument in full. Order per key: a transaction holds
 of a mark in id order, and transactions of a shard follow one another; a failed transaction
 is aborted and its records remarked from the head of the table, as a failed delivery is.
 
-The engine (:mod:`pyharvest.core.harvest`) uses a :class:`TransactionalPublisher` where it
-would use a :class:`~pyharvest.core.dispatch.Dispatcher`: the main loop marks and hands the
+The engine (:mod:`pyharvest.core.engine.harvest`) uses a :class:`TransactionalPublisher` where it
+would use a :class:`~pyharvest.core.delivery.dispatch.Dispatcher`: the main loop marks and hands the
 records over; the engine's delivery thread runs :meth:`TransactionalPublisher.serve`, which
 takes over, publishes and purges.
 """
@@ -36,13 +36,13 @@ import time
 from collections.abc import Callable
 from typing import cast
 
-from pyharvest.core.binding import DatabaseBinding, QuarantineBinding
-from pyharvest.core.config import Config
+from pyharvest.core.ports.database import DatabaseBinding, QuarantineBinding
+from pyharvest.core.config.settings import Config
 from pyharvest.core.errors import HarvestError
-from pyharvest.core.events import Event
-from pyharvest.core.failures import FailedAttempts, settle
-from pyharvest.core.identity import RECORD_ID_HEADER, identity_stamp
-from pyharvest.core.kafka import (
+from pyharvest.core.telemetry.events import Event
+from pyharvest.core.delivery.failures import FailedAttempts, settle
+from pyharvest.core.outbox.identity import RECORD_ID_HEADER, identity_stamp
+from pyharvest.core.ports.kafka import (
     DeliveryError,
     KafkaClients,
     ProduceError,
@@ -50,17 +50,17 @@ from pyharvest.core.kafka import (
     TransactionalProducer,
     TransactionError,
 )
-from pyharvest.core.logs import log, one_line
-from pyharvest.core.metrics import HarvestMetrics
-from pyharvest.core.progress import (
+from pyharvest.core.telemetry.logs import log, one_line
+from pyharvest.core.telemetry.metrics import HarvestMetrics
+from pyharvest.core.transactions.progress import (
     TRANSACTION_CALL_SECONDS,
     decode_progress,
     encode_progress,
     transactional_clients,
     transactional_config,
 )
-from pyharvest.core.records import OutboxRecord
-from pyharvest.core.transaction_window import TransactionWindow
+from pyharvest.core.outbox.records import OutboxRecord
+from pyharvest.core.transactions.window import TransactionWindow
 
 __all__ = ["TransactionalPublisher"]
 
@@ -71,8 +71,8 @@ MAX_POISON_BACKOFF = 10.0
 class TransactionalPublisher(TransactionWindow):
     """Publishes a shard's marked records in Kafka transactions.
 
-    The main loop uses what it inherits from :class:`~pyharvest.core.transaction_window.TransactionWindow`
-    as it would a :class:`~pyharvest.core.dispatch.Dispatcher`; everything here happens on the
+    The main loop uses what it inherits from :class:`~pyharvest.core.transactions.window.TransactionWindow`
+    as it would a :class:`~pyharvest.core.delivery.dispatch.Dispatcher`; everything here happens on the
     thread that runs :meth:`serve`.
     """
 

@@ -3,10 +3,10 @@ under one condition: what is queued, in the running transaction and committed bu
 purged; whether it leads, a remark is due, a takeover is due or done; which keys are held
 behind a poison record.
 
-The main loop uses it as it would a :class:`~pyharvest.core.dispatch.Dispatcher` (``lead``,
+The main loop uses it as it would a :class:`~pyharvest.core.delivery.dispatch.Dispatcher` (``lead``,
 ``dispatch``, ``quiesce``, ...); :meth:`TransactionWindow.begin_term` at each election
 schedules the takeover, and :attr:`TransactionWindow.ready` says when marking may start. The
-thread's side is :class:`~pyharvest.core.transactions.TransactionalPublisher`, its subclass.
+thread's side is :class:`~pyharvest.core.transactions.publisher.TransactionalPublisher`, its subclass.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from pyharvest.core.logs import log
-from pyharvest.core.records import OutboxRecord
+from pyharvest.core.telemetry.logs import log
+from pyharvest.core.outbox.records import OutboxRecord
 
 __all__ = ["TransactionWindow"]
 

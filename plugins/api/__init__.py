@@ -18,7 +18,7 @@ What is here:
 * :class:`Dialect`, :func:`load_dialect`: a loaded plugin with typed access to its hooks.
 """
 
-from pyharvest.core.headers import EMPTY_HEADERS, decode_headers, encode_headers
+from pyharvest.core.outbox.headers import EMPTY_HEADERS, decode_headers, encode_headers
 from pyharvest.plugins.api.bulk import BulkWriter, begin_if_needed, raise_as_sqlalchemy_error
 from pyharvest.plugins.api.capabilities import Capabilities
 from pyharvest.plugins.api.ddl import TableOptions, create_table_ddl

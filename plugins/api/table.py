@@ -26,9 +26,9 @@ from sqlalchemy.engine import Dialect as SADialect
 from sqlalchemy.types import TypeDecorator
 
 from pyharvest.core.errors import BindingError
-from pyharvest.core.headers import EMPTY_HEADERS, decode_headers, encode_headers
-from pyharvest.core.records import InvalidRecordError, OutboxRecord
-from pyharvest.core.shards import key_hash
+from pyharvest.core.outbox.headers import EMPTY_HEADERS, decode_headers, encode_headers
+from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
+from pyharvest.core.outbox.keys import key_hash
 from pyharvest.plugins.api.identifiers import TableName
 
 __all__ = [
@@ -49,7 +49,7 @@ NATIVE = "native"
 GOHARVEST = "goharvest"
 LAYOUTS = (NATIVE, GOHARVEST)
 
-#: The native layout's optional column holding the key's hash (:func:`pyharvest.core.shards.key_hash`),
+#: The native layout's optional column holding the key's hash (:func:`pyharvest.core.outbox.keys.key_hash`),
 #: which places a row in a shard when the outbox is harvested in shards.
 KEY_HASH_COLUMN = "kafka_key_hash"
 #: The end of the name of the constraint or trigger that makes a sharded table refuse rows

@@ -21,7 +21,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 
 from pyharvest import tracing
 from pyharvest.core.errors import BindingError
-from pyharvest.core.records import OutboxRecord, validate_record
+from pyharvest.core.outbox.records import OutboxRecord, validate_record
 from pyharvest.django.databases import dialect_for_connection, outbox_table_name
 from pyharvest.plugins.api import KEY_HASH_COLUMN, KEY_HASH_GUARD_SUFFIX, NATIVE, OutboxTable, TableName
 from pyharvest.stasher.errors import OutboxTableChangedError

@@ -3,7 +3,7 @@
 One worker thread consumes a Kafka consumer group and applies messages in database
 transactions of at most ``maxBatchSize`` messages and ``maxBatchDuration``. Each
 transaction holds the handler's effects, the identities it applied (dedupe) and, last, the
-fenced move of each partition's checkpoint (see :mod:`pyharvest.inbox.checkpoints`). So
+fenced move of each partition's checkpoint (see :mod:`pyharvest.bindings.sql.inbox.checkpoints`). So
 either all of a batch happened and the offsets say so, or none of it did.
 
 Failures and what they cost:
@@ -24,10 +24,10 @@ committed offsets are written after each commit for monitoring only; they are ne
 
 This module keeps the lifecycle (start, stop, join, stats) and wires the parts, one
 responsibility each: :mod:`~pyharvest.bindings.kafka.inbox_consumer` (Kafka),
-:mod:`~pyharvest.inbox.loop` (the worker's loop and rebalances),
-:mod:`~pyharvest.inbox.partitions` (claims and fences), :mod:`~pyharvest.inbox.batch`
-(one transaction), :mod:`~pyharvest.inbox.recovery` (failures) and
-:mod:`~pyharvest.inbox.replay` (dead letters).
+:mod:`~pyharvest.core.inbox.loop` (the worker's loop and rebalances),
+:mod:`~pyharvest.core.inbox.partitions` (claims and fences), :mod:`~pyharvest.core.inbox.batch`
+(one transaction), :mod:`~pyharvest.core.inbox.recovery` (failures) and
+:mod:`~pyharvest.core.inbox.replay` (dead letters).
 """
 
 from __future__ import annotations
@@ -44,19 +44,19 @@ from typing import Any
 import sqlalchemy as sa
 
 from pyharvest.core.inbox.ports import InboxConsumer
-from pyharvest.inbox.batch import Batches
-from pyharvest.inbox.checkpoints import Checkpoints
+from pyharvest.core.inbox.batch import Batches
+from pyharvest.bindings.sql.inbox.checkpoints import Checkpoints
 from pyharvest.inbox.config import InboxConfig
-from pyharvest.inbox.deadletters import DeadLetters
-from pyharvest.inbox.dedupe import Dedupe
+from pyharvest.bindings.sql.inbox.deadletters import DeadLetters
+from pyharvest.bindings.sql.inbox.dedupe import Dedupe
 from pyharvest.inbox.errors import HandlerError, first_line
-from pyharvest.inbox.loop import ConsumeLoop
-from pyharvest.inbox.partitions import Partitions
+from pyharvest.core.inbox.loop import ConsumeLoop
+from pyharvest.core.inbox.partitions import Partitions
 from pyharvest.inbox.ports import BatchHandler, Handler
-from pyharvest.inbox.recovery import Recovery
-from pyharvest.inbox.replay import Replayer
-from pyharvest.inbox.stats import Counters, InboxStats
-from pyharvest.inbox.tables import InboxTables
+from pyharvest.core.inbox.recovery import Recovery
+from pyharvest.core.inbox.replay import Replayer
+from pyharvest.core.inbox.stats import Counters, InboxStats
+from pyharvest.bindings.sql.inbox.tables import InboxTables
 
 __all__ = ["BatchHandler", "Handler", "Inbox", "InboxStats"]
 

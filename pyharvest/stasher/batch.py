@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 if TYPE_CHECKING:
-    from pyharvest.core.records import OutboxRecord
+    from pyharvest.core.outbox.records import OutboxRecord
     from pyharvest.stasher.stashers import PreparedStasher
 
 __all__ = ["BatchStasher"]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import sqlalchemy as sa
 
 from pyharvest import tracing
-from pyharvest.core.records import Header, OutboxRecord, validate_record
+from pyharvest.core.outbox.records import Header, OutboxRecord, validate_record
 from pyharvest.plugins.api import GOHARVEST, NATIVE, OutboxTable, TableName, parse_table_name
 from pyharvest.stasher.batch import BatchStasher
 from pyharvest.stasher.errors import DEFAULT_MAX_RECORD_BYTES

@@ -16,7 +16,7 @@ import yaml
 
 from pyharvest import BindingError, InvalidRecordError, OutboxRecord
 from pyharvest.bindings.sql import check_table, create_binding, create_outbox_table
-from pyharvest.core.headers import decode_headers
+from pyharvest.core.outbox.headers import decode_headers
 from pyharvest.plugins.api import load_dialect, parse_table_name
 from tests.django.conftest import DjangoDatabase
 
@@ -300,7 +300,7 @@ def printed_config(capsys, *args: str) -> dict:
 
 
 def test_reaper_command_takes_the_data_source_from_databases(alias, capsys, monkeypatch) -> None:
-    from pyharvest.core.config import mask_data_source
+    from pyharvest.core.config.settings import mask_data_source
 
     name = alias(ENGINE="django.db.backends.postgresql", NAME="app", USER="svc", PASSWORD="secret", HOST="db", PORT=5432)
     monkeypatch.setenv("PYHARVEST_HARVEST__LIMITS__MAXINFLIGHTRECORDS", "77")
@@ -376,7 +376,7 @@ def test_the_code_of_docs_django_md_runs_as_written(django_db: DjangoDatabase) -
 
 def test_records_stashed_through_django_carry_their_key_hash(django_db: DjangoDatabase) -> None:
     # Shards place a row by its stored key hash: a Django writer must store it as the stasher does.
-    from pyharvest.core.shards import key_hash
+    from pyharvest.core.outbox.keys import key_hash
 
     migrate("pyharvest")
     stash_many([OutboxRecord("t", f"key-{i}", b"v") for i in range(5)])

@@ -13,16 +13,16 @@ import sqlalchemy as sa
 from confluent_kafka import KafkaError, TopicPartition
 
 from pyharvest.inbox import OUTBOX_HEADER, RECORD_ID_HEADER, InboxMessage, InboxTables, delivery_id_for, source_identity
-from pyharvest.inbox.batch import Batches
-from pyharvest.inbox.checkpoints import Checkpoints
-from pyharvest.inbox.deadletters import DeadLetters
-from pyharvest.inbox.dedupe import Dedupe
-from pyharvest.inbox.loop import ConsumeLoop
-from pyharvest.inbox.partitions import Partitions
+from pyharvest.core.inbox.batch import Batches
+from pyharvest.bindings.sql.inbox.checkpoints import Checkpoints
+from pyharvest.bindings.sql.inbox.deadletters import DeadLetters
+from pyharvest.bindings.sql.inbox.dedupe import Dedupe
+from pyharvest.core.inbox.loop import ConsumeLoop
+from pyharvest.core.inbox.partitions import Partitions
 from pyharvest.core.inbox.ports import RebalanceListener
-from pyharvest.inbox.recovery import Recovery
-from pyharvest.inbox.replay import Replayer
-from pyharvest.inbox.stats import Counters
+from pyharvest.core.inbox.recovery import Recovery
+from pyharvest.core.inbox.replay import Replayer
+from pyharvest.core.inbox.stats import Counters
 
 GROUP = "unit-group"
 TOPIC = "unit-topic"

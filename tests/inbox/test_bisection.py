@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
 from pyharvest.inbox import InboxMessage
-from pyharvest.inbox.bisection import first_failure
+from pyharvest.core.inbox.bisection import first_failure
 
 TAKEN = 999  # an id already in the table: inserting it again fails
 

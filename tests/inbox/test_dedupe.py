@@ -9,8 +9,8 @@ import pytest
 import sqlalchemy as sa
 
 from pyharvest.inbox import InboxMessage
-from pyharvest.inbox.dedupe import Dedupe
-from pyharvest.inbox.tables import InboxTables
+from pyharvest.bindings.sql.inbox.dedupe import Dedupe
+from pyharvest.bindings.sql.inbox.tables import InboxTables
 from pyharvest.plugins.api import dialect_of
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from pyharvest.inbox.recovery import connection_lost
+from pyharvest.core.inbox.recovery import connection_lost
 from tests.inbox.fakes import TOPIC, Stores, message, wire
 
 OUTAGE = OperationalError("SELECT 1", {}, Exception("server closed the connection"))
