@@ -5,9 +5,12 @@ the world through :class:`~pyharvest.core.ports.database.DatabaseBinding` and th
 :mod:`pyharvest.core.ports.kafka`.
 """
 
-from pyharvest.core.ports.database import DatabaseBinding
 from pyharvest.core.config.settings import Config, Limits, LoggingConfig, ReaperConfig
+from pyharvest.core.engine.harvest import HarvestEngine, State
+from pyharvest.core.engine.sharded import ShardedHarvestEngine
 from pyharvest.core.errors import BindingError, ConfigError, HarvestError
+from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord, validate_record
+from pyharvest.core.ports.database import DatabaseBinding
 from pyharvest.core.telemetry.events import (
     DeliveryFailed,
     Event,
@@ -20,9 +23,6 @@ from pyharvest.core.telemetry.events import (
     MeterStats,
     RecordQuarantined,
 )
-from pyharvest.core.engine.harvest import HarvestEngine, State
-from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord, validate_record
-from pyharvest.core.engine.sharded import ShardedHarvestEngine
 
 __all__ = [
     "BindingError",

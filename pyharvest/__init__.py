@@ -7,7 +7,9 @@ key, at least once, with one leader at a time among any number of processes.
 
 from pyharvest._harvest import Harvest, ShardedHarvest
 from pyharvest.core.config.settings import Config, Limits
+from pyharvest.core.engine.harvest import State
 from pyharvest.core.errors import BindingError, ConfigError, HarvestError
+from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
 from pyharvest.core.telemetry.events import (
     DeliveryFailed,
     Event,
@@ -20,8 +22,6 @@ from pyharvest.core.telemetry.events import (
     MeterStats,
     RecordQuarantined,
 )
-from pyharvest.core.engine.harvest import State
-from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
 from pyharvest.stasher.errors import (
     KeyTooLongError,
     OutboxTableChangedError,

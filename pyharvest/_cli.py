@@ -115,10 +115,10 @@ def check_harvest_config(cfg: HarvestConfig) -> None:
     :class:`~pyharvest.core.errors.HarvestError`) as ``reaper`` would."""
     from pyharvest.bindings.kafka.preflight import check_properties
     from pyharvest.bindings.sql.connect import load_driver, resolve
-    from pyharvest.core.errors import KafkaPropertyError
-    from pyharvest.core.election.group_protocol import leader_client_configs
     from pyharvest.core.config.kafka_origins import explain_harvest_refusal
     from pyharvest.core.delivery.sender import producer_config
+    from pyharvest.core.election.group_protocol import leader_client_configs
+    from pyharvest.core.errors import KafkaPropertyError
     from pyharvest.plugins.api import parse_table_name
 
     parse_table_name(cfg.outbox_table)

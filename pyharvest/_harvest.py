@@ -6,16 +6,16 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Self
 
-from pyharvest.core.ports.database import DatabaseBinding, ShardableBinding
 from pyharvest.core.config.settings import Config
-from pyharvest.core.errors import ConfigError
-from pyharvest.core.telemetry.events import EventHandler
 from pyharvest.core.engine.harvest import HarvestEngine
-from pyharvest.core.telemetry.health import Health
-from pyharvest.core.ports.kafka import KafkaClients
 from pyharvest.core.engine.lifecycle import State
-from pyharvest.core.telemetry.metrics import HarvestMetrics
 from pyharvest.core.engine.sharded import ShardedHarvestEngine
+from pyharvest.core.errors import ConfigError
+from pyharvest.core.ports.database import DatabaseBinding, ShardableBinding
+from pyharvest.core.ports.kafka import KafkaClients
+from pyharvest.core.telemetry.events import EventHandler
+from pyharvest.core.telemetry.health import Health
+from pyharvest.core.telemetry.metrics import HarvestMetrics
 
 if TYPE_CHECKING:
     from pyharvest.bindings.sql import SqlBinding

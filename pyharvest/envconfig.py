@@ -45,7 +45,14 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from pyharvest.core.config.settings import Config, Limits, LoggingConfig, ReaperConfig, mask_kafka_config, read_yaml_file
+from pyharvest.core.config.settings import (
+    Config,
+    Limits,
+    LoggingConfig,
+    ReaperConfig,
+    mask_kafka_config,
+    read_yaml_file,
+)
 from pyharvest.core.errors import ConfigError
 
 __all__ = ["PREFIX", "Override", "apply_env_overrides", "env_overrides", "load_reaper_config", "parse_value"]

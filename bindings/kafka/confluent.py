@@ -23,8 +23,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from pyharvest.bindings.kafka.api_versions import CONSUMER_GROUP_HEARTBEAT, broker_api_keys
 from pyharvest.bindings.kafka.logs import librdkafka_logger
-from pyharvest.core.errors import KafkaPropertyError
 from pyharvest.core.election.group_protocol import GroupSession, SessionBounds
+from pyharvest.core.errors import KafkaPropertyError
 from pyharvest.core.ports.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap, ProduceError, TopicError
 
 __all__ = ["ConfluentClients", "ConfluentLeaderConsumer", "ConfluentProducer", "delivery_error"]

@@ -17,8 +17,8 @@ from pyharvest.bindings.sql.quarantine import QuarantinedKey, QuarantineTable
 from pyharvest.bindings.sql.schema import init_db_command, missing_table, table_missing
 from pyharvest.bindings.sql.shard_schema import check_shardable
 from pyharvest.bindings.sql.statements import OutboxStatements
-from pyharvest.core.ports.database import QuarantineEntry
 from pyharvest.core.outbox.records import OutboxRecord
+from pyharvest.core.ports.database import QuarantineEntry
 from pyharvest.plugins.api import Dialect, MalformedRowError, MarkStrategy, OutboxTable
 
 __all__ = ["ID_BATCH", "MalformedRowHandler", "SqlBinding"]

@@ -14,8 +14,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from pyharvest.core.config.mapping import did_you_mean, yaml_key
 from pyharvest.core.config.durations import parse_duration
+from pyharvest.core.config.mapping import did_you_mean, yaml_key
 from pyharvest.core.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pyharvest.core.config.durations import format_duration, parse_duration
-from pyharvest.core.errors import ConfigError
 from pyharvest.core.config.masking import mask_data_source, mask_kafka_config
+from pyharvest.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

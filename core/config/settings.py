@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyharvest.core.config.checks import check_config_types, check_limits_types, limits_keywords
+from pyharvest.core.config.durations import format_duration
 from pyharvest.core.config.mapping import (
     ValueReader,
     config_to_mapping,
@@ -32,10 +33,9 @@ from pyharvest.core.config.mapping import (
     section_from_mapping,
     yaml_key,
 )
-from pyharvest.core.config.durations import format_duration
-from pyharvest.core.errors import ConfigError
-from pyharvest.core.election.group_protocol import GROUP_PROTOCOLS
 from pyharvest.core.config.masking import mask_data_source, mask_kafka_config
+from pyharvest.core.election.group_protocol import GROUP_PROTOCOLS
+from pyharvest.core.errors import ConfigError
 
 __all__ = [
     "Config",

@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from pyharvest.core.delivery.gate import KeyGate
-from pyharvest.core.telemetry.logs import log
 from pyharvest.core.outbox.records import OutboxRecord
+from pyharvest.core.telemetry.logs import log
 
 __all__ = ["Dispatcher"]
 
@@ -26,9 +26,12 @@ __all__ = ["Dispatcher"]
 class Dispatcher:
     """Sends what the gate lets through while leading with no remark pending."""
 
-    def __init__(self, gate: KeyGate, send: Callable[[Sequence[OutboxRecord]], None]) -> None:
+    def __init__(
+        self, gate: KeyGate, send: Callable[[Sequence[OutboxRecord]], None], *, queue_timeout: float = 30.0
+    ) -> None:
         self.gate = gate
         self._send = send
+        self._queue_timeout = queue_timeout
         self._cond = threading.Condition(threading.Lock())
         self._leading = False
         #: Read without the lock by the main loop, which remarks when it sees it set.
@@ -39,7 +42,8 @@ class Dispatcher:
         return self.gate.in_flight
 
     @property
-    def parked_count(self) -> int:
+    def parked(self) -> int:
+        """Marked records waiting in memory behind their key's in-flight record."""
         return self.gate.parked_count
 
     @property
@@ -99,6 +103,12 @@ class Dispatcher:
     def wake(self) -> None:
         with self._cond:
             self._cond.notify_all()
+
+    def may_mark(self, wait: float) -> bool:
+        """Marking may always go on here; first, a key parked too long (``queueTimeout``)
+        raises a remark. ``wait`` is not needed: nothing is waited for."""
+        self.check_parked(self._queue_timeout)
+        return True
 
     def check_parked(self, timeout: float) -> None:
         """Raise a remark if a parked key has not moved for ``timeout`` seconds: its

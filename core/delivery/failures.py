@@ -14,14 +14,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from pyharvest.core.ports.database import QuarantineEntry
 from pyharvest.core.config.settings import Config
-from pyharvest.core.telemetry.events import DeliveryFailed, Event, RecordQuarantined
-from pyharvest.core.ports.kafka import DeliveryError
-from pyharvest.core.telemetry.logs import log, one_line
-from pyharvest.core.telemetry.metrics import HarvestMetrics
 from pyharvest.core.delivery.poison_hints import poison_hint, quarantine_hint
 from pyharvest.core.outbox.records import OutboxRecord
+from pyharvest.core.ports.database import QuarantineEntry
+from pyharvest.core.ports.kafka import DeliveryError
+from pyharvest.core.telemetry.events import DeliveryFailed, Event, RecordQuarantined
+from pyharvest.core.telemetry.logs import log, one_line
+from pyharvest.core.telemetry.metrics import HarvestMetrics
 
 __all__ = ["FailedAttempts", "Verdicts", "before", "settle"]
 

@@ -20,14 +20,14 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from pyharvest.core.ports.database import DatabaseBinding, QuarantineBinding, QuarantineEntry
 from pyharvest.core.config.settings import Config
-from pyharvest.core.telemetry.events import Event, MeterRead
 from pyharvest.core.delivery.failures import FailedAttempts, before, settle
+from pyharvest.core.outbox.records import OutboxRecord
+from pyharvest.core.ports.database import DatabaseBinding, QuarantineBinding, QuarantineEntry
 from pyharvest.core.ports.kafka import DeliveryError, Producer
+from pyharvest.core.telemetry.events import Event, MeterRead
 from pyharvest.core.telemetry.logs import log
 from pyharvest.core.telemetry.metrics import HarvestMetrics, Meter
-from pyharvest.core.outbox.records import OutboxRecord
 
 __all__ = ["COALESCE_SECONDS", "DeliveryProcessor", "Flight"]
 

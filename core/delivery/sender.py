@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from pyharvest.core.config.settings import Config
 from pyharvest.core.delivery.processor import Flight
 from pyharvest.core.outbox.identity import RECORD_ID_HEADER, identity_stamp
+from pyharvest.core.outbox.records import OutboxRecord
 from pyharvest.core.ports.kafka import DeliveryError, KafkaClients, ProduceError, Producer
 from pyharvest.core.telemetry.logs import log, one_line
 from pyharvest.core.telemetry.metrics import HarvestMetrics
-from pyharvest.core.outbox.records import OutboxRecord
 
 __all__ = ["DEFAULT_DELIVERY_TIMEOUT_MS", "DEFAULT_LINGER_MS", "Sender", "producer_config"]
 

@@ -34,7 +34,6 @@ from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
 from pyharvest.core.config.settings import Config
-from pyharvest.core.errors import TopicError
 from pyharvest.core.election.group_protocol import (
     CLASSIC,
     CLIENT_SESSION_SETTINGS,
@@ -46,6 +45,7 @@ from pyharvest.core.election.group_protocol import (
     shard_client_configs,
 )
 from pyharvest.core.election.heartbeats import Heartbeats
+from pyharvest.core.errors import TopicError
 from pyharvest.core.ports.kafka import KafkaClients, KafkaConfigMap, LeaderConsumer, Producer
 
 __all__ = [

@@ -24,17 +24,13 @@ The engine's parts, each upholding its share:
 
 * this module: lifecycle (start, stop, health, events), leadership (NELI pulses, the leader
   id, fencing, remarks) and the main loop that marks;
-* :mod:`~pyharvest.core.delivery.gate`: per-key barriers, parked records, the in-flight window (1);
-* :mod:`~pyharvest.core.delivery.dispatch`: whether records may go out now (``force_remark``, leading),
-  decided under one lock with the gate (3);
-* :mod:`~pyharvest.core.delivery.sender`: the producer, and one delivery report per record sent;
-* :mod:`~pyharvest.core.delivery.processor`: reports settled in the database before keys are
-  released (2 and 3).
-
-With ``delivery: exactly-once``, :mod:`~pyharvest.core.transactions.publisher` takes the place of the
-last four: a Kafka transaction per batch, whose rules (one producer per shard fenced by each
-new leader, a progress record per transaction, a takeover before the first mark) replace the
-per-key barrier.
+* the delivery mode (:mod:`~pyharvest.core.delivery.mode`), picked once from
+  ``config.delivery``: its window takes what the main loop marks, its thread settles it.
+  At least once (:mod:`~pyharvest.core.delivery.at_least_once`), the gate, dispatcher, sender
+  and delivery processor uphold invariants 1 to 3; exactly once
+  (:mod:`~pyharvest.core.transactions.exactly_once`), a Kafka transaction per batch, whose
+  rules (one producer per shard fenced by each new leader, a progress record per transaction,
+  a takeover before the first mark) replace the per-key barrier.
 """
 
 from __future__ import annotations
@@ -43,27 +39,22 @@ import logging
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
 
-from pyharvest.core.ports.database import ChangeFeed, DatabaseBinding
 from pyharvest.core.config.settings import Config, mask_data_source, mask_kafka_config
-from pyharvest.core.delivery.processor import DeliveryProcessor, Flight
-from pyharvest.core.delivery.dispatch import Dispatcher
-from pyharvest.core.telemetry.events import LeaderAcquired, LeaderFenced, LeaderRefreshed, LeaderRevoked
-from pyharvest.core.delivery.gate import KeyGate
-from pyharvest.core.telemetry.health import DatabaseProbe, Health
-from pyharvest.core.outbox.identity import OUTBOX_HEADER, RECORD_ID_HEADER
+from pyharvest.core.delivery.shared_producer import SharedProducer
+from pyharvest.core.election.neli import Leadership, LeaderStatus, Neli, group_settings
 from pyharvest.core.engine.idle import IdleBackoff, Wakeup
-from pyharvest.core.ports.kafka import KafkaClients
 from pyharvest.core.engine.lifecycle import Lifecycle, State
+from pyharvest.core.engine.modes import delivery_mode
+from pyharvest.core.outbox.identity import OUTBOX_HEADER, RECORD_ID_HEADER
+from pyharvest.core.ports.database import ChangeFeed, DatabaseBinding
+from pyharvest.core.ports.kafka import KafkaClients
+from pyharvest.core.telemetry.events import LeaderAcquired, LeaderFenced, LeaderRefreshed, LeaderRevoked
+from pyharvest.core.telemetry.health import DatabaseProbe, Health
 from pyharvest.core.telemetry.logs import label_thread, labelled, log, one_line
 from pyharvest.core.telemetry.metrics import HarvestMetrics
-from pyharvest.core.election.neli import Leadership, LeaderStatus, Neli, group_settings
-from pyharvest.core.transactions.progress import check_transactions
 from pyharvest.core.telemetry.repeats import CollapsingLogger
-from pyharvest.core.delivery.sender import Sender
-from pyharvest.core.transactions.publisher import TransactionalPublisher
 
 __all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "HarvestEngine", "Health", "State"]
 
@@ -87,6 +78,7 @@ class HarvestEngine(Lifecycle):
         kafka: KafkaClients,
         leadership: Callable[[Callable[[LeaderStatus], None]], Leadership] | None = None,
         shard: int | None = None,
+        shared_producer: SharedProducer | None = None,
     ) -> None:
         super().__init__()
         self.config = config.resolve()
@@ -108,34 +100,18 @@ class HarvestEngine(Lifecycle):
         self._shutdown_deadline: float | None = None
 
         self.metrics = HarvestMetrics()
-        reports: deque[Flight] = deque()
-        self._sender = Sender(self.config, kafka, self.metrics, reports.append)
-        #: ``delivery: exactly-once``: publishes in Kafka transactions, in the dispatcher's place.
-        self._publisher: TransactionalPublisher | None = None
-        self._dispatch: Dispatcher | TransactionalPublisher
-        dispatcher: Dispatcher | None = None
-        if self.config.delivery == "exactly-once":
-            self._publisher = self._dispatch = TransactionalPublisher(
-                self.config,
-                kafka,
-                self.metrics,
-                shard=shard or 0,
-                emit=self._emit,
-                deadline=lambda: self._shutdown_deadline,
-            )
-        else:
-            self._dispatch = dispatcher = Dispatcher(KeyGate(max_in_flight), self._sender.send)
-        self._delivery = DeliveryProcessor(
-            reports,
+        #: How records reach Kafka (``config.delivery``); its window takes what the main loop marks.
+        self._mode_type = delivery_mode(self.config)
+        self._mode = self._mode_type(
             self.config,
+            kafka,
             self.metrics,
-            coalesce_target=max(1, min(2 * self._mark_size, max_in_flight // 2)),
+            shard=shard,
             emit=self._emit,
-            raise_remark=self._dispatch.raise_remark,
-            # Unused exactly once: the publisher settles its own transactions.
-            release=dispatcher.release if dispatcher is not None else lambda _keys: None,
             deadline=lambda: self._shutdown_deadline,
+            shared_producer=shared_producer,
         )
+        self._window = self._mode.window
         self._neli: Leadership | None = None
         self._main_thread: threading.Thread | None = None
         self._delivery_thread: threading.Thread | None = None
@@ -163,11 +139,11 @@ class HarvestEngine(Lifecycle):
 
     @property
     def in_flight_records(self) -> int:
-        return self._dispatch.in_flight
+        return self._window.in_flight
 
     @property
     def in_flight_record_keys(self) -> list[str]:
-        return self._dispatch.in_flight_keys()
+        return self._window.in_flight_keys()
 
     @property
     def binding(self) -> DatabaseBinding | None:
@@ -178,7 +154,7 @@ class HarvestEngine(Lifecycle):
     @property
     def backlog_in_memory(self) -> int:
         """Marked records waiting behind an in-flight record of the same key."""
-        return self._dispatch.parked_count
+        return self._window.parked
 
     def health(self) -> Health:
         """What a readiness probe needs: running, leading, and whether the broker and the
@@ -204,12 +180,9 @@ class HarvestEngine(Lifecycle):
         self._binding = source if isinstance(source, DatabaseBinding) else source()
         if isinstance(self._binding, ChangeFeed):
             self._unwatch = self._binding.watch(self._on_change)
-        if self._publisher is None:
-            self._sender.open()
-        else:
-            if self.shard is None:  # a sharded harvester checks once for all its shards
-                check_transactions(self._kafka, cfg)
-            self._publisher.use_binding(self._binding)
+        if self.shard is None:  # a sharded harvester checks once for all its shards
+            self._mode_type.check(self._kafka, cfg)
+        self._mode.open(self._binding)
         self._neli = (
             self._leadership_source(self._on_leader_status)
             if self._leadership_source
@@ -230,7 +203,7 @@ class HarvestEngine(Lifecycle):
         super().stop()
 
     def _wake(self) -> None:
-        self._dispatch.wake()
+        self._window.wake()
         self._wakeup.set()
 
     def _on_change(self) -> None:
@@ -246,9 +219,7 @@ class HarvestEngine(Lifecycle):
 
     def _leader_status(self, status: LeaderStatus) -> None:
         if status is LeaderStatus.ACQUIRED:
-            if self._publisher is not None:
-                # Before the new leader id: nothing is marked until the takeover is done.
-                self._publisher.begin_term()
+            self._mode.on_elected()
             leader_id = self._new_leader_id()
             self.metrics.leader_acquisitions += 1
             log.info("elected leader, leader id %s", leader_id)
@@ -259,12 +230,9 @@ class HarvestEngine(Lifecycle):
             # retried after the partition healed would land behind the successor's records.
             self._step_down()
             self._emit(LeaderFenced(self.shard))
-            (self._publisher or self._sender).abandon()
-            # Exactly once, Kafka's own fence makes waiting for the transaction unnecessary,
-            # and an abort may hang on the cut-off broker (for shards, on the group's thread).
-            limits = self.config.limits
-            wait = None if self._publisher is None else time.monotonic() + (limits.heartbeat_timeout or 1.0)
-            self._quiesce("leadership fenced", wait)
+            # The mode says how long to wait for what it had in flight (for shards, this runs
+            # on the group's thread).
+            self._quiesce("leadership fenced", self._mode.abandon())
         else:
             # A revocation waits for in-flight records before the handler runs: the next
             # leader is not elected until this callback returns.
@@ -293,18 +261,15 @@ class HarvestEngine(Lifecycle):
 
     def _lead_step(self) -> None:
         assert self._neli is not None and self._binding is not None
-        limits, dispatch = self.config.limits, self._dispatch
-        if dispatch.force_remark:
+        limits, window = self.config.limits, self._window
+        if window.force_remark:
             self._remark()
             return
-        if self._publisher is not None and not self._publisher.ready:
-            # Elected, or the producer in doubt: the takeover runs on the delivery thread.
-            self._publisher.wait_ready(min(max(self._neli.poll_due(), 0.001), 0.1))
-            return
-        dispatch.check_parked(limits.queue_timeout)  # type: ignore[arg-type]
-        free = dispatch.free
+        if not window.may_mark(min(max(self._neli.poll_due(), 0.001), 0.1)):
+            return  # exactly once: elected, or the producer in doubt; the takeover runs on the delivery thread
+        free = window.free
         if free < self._mark_threshold:
-            dispatch.wait_for_room(self._mark_threshold, max(self._neli.poll_due(), 0.001))
+            window.wait_for_room(self._mark_threshold, max(self._neli.poll_due(), 0.001))
             return
         leader_id = self._leader_id
         if leader_id is None:
@@ -331,7 +296,7 @@ class HarvestEngine(Lifecycle):
                 one_line(e),
                 cause=f"mark failed: {one_line(e)}",
             )
-            dispatch.raise_remark()
+            window.raise_remark()
             self._stopping.wait(limits.io_error_backoff)
             return
         elapsed = time.monotonic() - started
@@ -348,12 +313,12 @@ class HarvestEngine(Lifecycle):
                 self._neli.since_last_poll,
                 limits.max_poll_interval,
             )
-            dispatch.raise_remark()
+            window.raise_remark()
             return
         if records:
             idle.found_rows()
             self.metrics.records_marked += len(records)
-            dispatch.dispatch(records)
+            window.dispatch(records)
         else:
             idle.found_nothing()
 
@@ -361,14 +326,8 @@ class HarvestEngine(Lifecycle):
         """Take every unacknowledged record again, under a new leader id, once nothing is in
         flight (invariant 3): what was marked behind a failure is remarked behind its retry."""
         self._quiesce("remark")
-        # Exactly once, a poison record holds only its key (see TransactionalPublisher).
-        delivery, streak = self._delivery, (self._delivery.poison_streak if self._publisher is None else 0)
-        if delivery.producer_broken:
-            self._sender.replace()
-            delivery.producer_broken = False
-        if streak:
-            # A record that fails for good would otherwise be retried in a tight loop.
-            backoff = min(10.0, (self.config.limits.io_error_backoff or 0.01) * 2 ** min(streak - 1, 10))
+        backoff = self._mode.before_remark()
+        if backoff:
             log.warning("backing off %.1fs before retrying a record Kafka refused", backoff)
             self._stopping.wait(backoff)
         leader_id = self._new_leader_id()
@@ -386,18 +345,18 @@ class HarvestEngine(Lifecycle):
         leader_id = str(uuid.uuid4())
         self._leader_id = leader_id
         self._idle.found_rows()  # what the last leader id marked is to be taken again now
-        self._dispatch.lead()
+        self._window.lead()
         return leader_id
 
     def _step_down(self) -> None:
-        self._dispatch.stop_leading()
+        self._window.stop_leading()
         self._leader_id = None
 
     def _quiesce(self, reason: str, deadline: float | None = None) -> None:
         thread = self._delivery_thread
         if self._shutdown_deadline is not None:
             deadline = min(deadline or self._shutdown_deadline, self._shutdown_deadline)
-        self._dispatch.quiesce(reason, deadline, lambda: thread is None or thread.is_alive())
+        self._window.quiesce(reason, deadline, lambda: thread is None or thread.is_alive())
 
     # ------------------------------------------------------------------ delivery thread
 
@@ -406,20 +365,14 @@ class HarvestEngine(Lifecycle):
         try:
             binding = self._binding
             assert binding is not None
-            if self._publisher is not None:
-                self._publisher.serve(binding, self._main_done)
-            else:
-                self._delivery.serve(binding, lambda: self._sender.producer, self._main_done, self._may_hold_acks)
+            self._mode.serve(binding, self._main_done)
         except BaseException as e:  # noqa: BLE001
             log.exception("delivery thread crashed")
             self._crash = self._crash or e
             self.stop()
         finally:
             # A quiesce waiting for the window to empty must learn that nothing will empty it.
-            self._dispatch.wake()
-
-    def _may_hold_acks(self) -> bool:
-        return self._dispatch.may_hold_acks() and not self._main_done.is_set()
+            self._window.wake()
 
     # ------------------------------------------------------------------ shutdown
 
@@ -448,12 +401,11 @@ class HarvestEngine(Lifecycle):
                 unwatch()
             except Exception as e:  # noqa: BLE001 - keep closing the rest
                 log.warning("error closing the change feed: %s", one_line(e))
-        producer = self._sender.detach()
         binding, self._binding = self._binding, None
         self._close_each(
             (
                 ("leader election", neli.close if neli is not None else None),
-                ("producer", producer.close if producer is not None else None),
+                ("producer", self._mode.close),
                 ("database binding", binding.dispose if binding is not None else None),
             )
         )

@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Self
 
+from pyharvest.core.config.kafka_origins import explain_harvest_refusal
 from pyharvest.core.config.settings import Config
 from pyharvest.core.errors import HarvestError, KafkaPropertyError
 from pyharvest.core.telemetry.events import Event, EventHandler
-from pyharvest.core.config.kafka_origins import explain_harvest_refusal
 from pyharvest.core.telemetry.logs import log, one_line
 
 __all__ = ["Lifecycle", "State"]

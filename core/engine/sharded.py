@@ -15,18 +15,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from pyharvest.core.ports.database import ShardableBinding
 from pyharvest.core.config.settings import Config, mask_data_source, mask_kafka_config
-from pyharvest.core.errors import HarvestError
-from pyharvest.core.engine.harvest import HarvestEngine
-from pyharvest.core.telemetry.health import Health
-from pyharvest.core.ports.kafka import KafkaClients
-from pyharvest.core.engine.lifecycle import Lifecycle, State
-from pyharvest.core.telemetry.logs import log, one_line
-from pyharvest.core.election.neli import ShardGroup, group_settings
-from pyharvest.core.transactions.progress import check_transactions
 from pyharvest.core.delivery.sender import producer_config
-from pyharvest.core.delivery.shared_producer import ShardKafkaClients, SharedProducer
+from pyharvest.core.delivery.shared_producer import SharedProducer
+from pyharvest.core.election.neli import ShardGroup, group_settings
+from pyharvest.core.engine.harvest import HarvestEngine
+from pyharvest.core.engine.lifecycle import Lifecycle, State
+from pyharvest.core.engine.modes import delivery_mode
+from pyharvest.core.errors import HarvestError
+from pyharvest.core.ports.database import ShardableBinding
+from pyharvest.core.ports.kafka import KafkaClients
+from pyharvest.core.telemetry.health import Health
+from pyharvest.core.telemetry.logs import log, one_line
 
 __all__ = ["ShardedHarvestEngine"]
 
@@ -100,8 +100,7 @@ class ShardedHarvestEngine(Lifecycle):
         source = self._binding_source
         self._binding = source if isinstance(source, ShardableBinding) else source()
         self._binding.for_shard(cfg.shards, 0).dispose()  # refuses a table that cannot be sharded
-        if cfg.delivery == "exactly-once":
-            check_transactions(self._kafka, cfg)
+        delivery_mode(cfg).check(self._kafka, cfg)  # once for every shard
         self._producer = SharedProducer(self._kafka, producer_config(cfg))
         self._group = ShardGroup(
             self._kafka, shards=cfg.shards, on_assigned=self._ensure_engine, **group_settings(cfg)
@@ -119,15 +118,13 @@ class ShardedHarvestEngine(Lifecycle):
                 return
         assert self._binding is not None and self._group is not None and self._producer is not None
         lease = self._group.leases[shard]
-        # Exactly once, each shard has its own transactional producer: a transaction belongs
-        # to one producer, and a shard's new leader must fence its old one alone.
-        exactly_once = self.config.delivery == "exactly-once"
         engine = HarvestEngine(
             self.config,
             binding=self._binding.for_shard(self.config.shards, shard),
-            kafka=self._kafka if exactly_once else ShardKafkaClients(self._kafka, self._producer),
+            kafka=self._kafka,
             leadership=lease.bind,
             shard=shard,
+            shared_producer=self._producer,  # as its delivery mode sees fit
         )
         engine.set_event_handler(self._emit)
         engine.start()

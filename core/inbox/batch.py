@@ -35,18 +35,18 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
-from pyharvest.core.inbox.message import InboxMessage
-from pyharvest.core.inbox.ports import InboxConsumer, TopicPartition
-from pyharvest.core.inbox.bisection import first_failure
 from pyharvest.bindings.sql.inbox.checkpoints import Checkpoints
 from pyharvest.bindings.sql.inbox.deadletters import DeadLetters, describe_error, key_hash
 from pyharvest.bindings.sql.inbox.dedupe import Dedupe, Source
-from pyharvest.inbox.errors import HandlerError, first_line
+from pyharvest.bindings.sql.inbox.tables import DEAD, PARKED
+from pyharvest.core.inbox.bisection import first_failure
+from pyharvest.core.inbox.message import InboxMessage
 from pyharvest.core.inbox.partitions import Partitions
-from pyharvest.inbox.ports import BatchHandler, Handler
+from pyharvest.core.inbox.ports import InboxConsumer, TopicPartition
 from pyharvest.core.inbox.recovery import connection_lost
 from pyharvest.core.inbox.stats import Counters
-from pyharvest.bindings.sql.inbox.tables import DEAD, PARKED
+from pyharvest.inbox.errors import HandlerError, first_line
+from pyharvest.inbox.ports import BatchHandler, Handler
 
 __all__ = ["Batch", "BatchFailedError", "Batches", "HandlerFailedError"]
 

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from pyharvest.core.inbox.message import InboxMessage
-from pyharvest.inbox.ports import BatchHandler
 from pyharvest.core.inbox.recovery import connection_lost
+from pyharvest.inbox.ports import BatchHandler
 
 __all__ = ["first_failure"]
 

@@ -20,9 +20,9 @@ from collections.abc import Mapping
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from pyharvest.core.inbox.ports import InboxConsumer, TopicPartition
 from pyharvest.core.inbox.batch import Batches
 from pyharvest.core.inbox.partitions import Partitions
+from pyharvest.core.inbox.ports import InboxConsumer, TopicPartition
 from pyharvest.core.inbox.recovery import Recovery
 from pyharvest.core.inbox.replay import Replayer
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
-from pyharvest.core.inbox.ports import TopicPartition
 from pyharvest.bindings.sql.inbox.checkpoints import Checkpoints
 from pyharvest.bindings.sql.inbox.deadletters import DeadLetters
+from pyharvest.core.inbox.ports import TopicPartition
 from pyharvest.inbox.errors import first_line
 
 __all__ = ["Owned", "Partitions"]

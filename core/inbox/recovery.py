@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from pyharvest.core.inbox.ports import TopicPartition
 from pyharvest.bindings.sql.inbox.checkpoints import Checkpoints
-from pyharvest.inbox.errors import first_line
 from pyharvest.core.inbox.partitions import Partitions
+from pyharvest.core.inbox.ports import TopicPartition
 from pyharvest.core.inbox.stats import Counters
+from pyharvest.inbox.errors import first_line
 
 if TYPE_CHECKING:
     from pyharvest.core.inbox.batch import Batches

@@ -24,17 +24,17 @@ from typing import Literal
 
 import sqlalchemy as sa
 
-from pyharvest.core.inbox.message import InboxMessage
-from pyharvest.core.inbox.ports import TopicPartition
-from pyharvest.core.inbox.bisection import first_failure
 from pyharvest.bindings.sql.inbox.checkpoints import Checkpoints
 from pyharvest.bindings.sql.inbox.deadletters import DeadLetter, DeadLetters, describe_error
 from pyharvest.bindings.sql.inbox.dedupe import Dedupe
-from pyharvest.inbox.errors import first_line
+from pyharvest.core.inbox.bisection import first_failure
+from pyharvest.core.inbox.message import InboxMessage
 from pyharvest.core.inbox.partitions import Partitions
-from pyharvest.inbox.ports import BatchHandler, Handler
+from pyharvest.core.inbox.ports import TopicPartition
 from pyharvest.core.inbox.recovery import connection_lost
 from pyharvest.core.inbox.stats import Counters
+from pyharvest.inbox.errors import first_line
+from pyharvest.inbox.ports import BatchHandler, Handler
 
 __all__ = ["Replayer"]
 

@@ -12,9 +12,9 @@ import uuid
 from collections.abc import Sequence
 
 from pyharvest.core.config.settings import Config
+from pyharvest.core.delivery.sender import producer_config
 from pyharvest.core.errors import ConfigError, HarvestError
 from pyharvest.core.ports.kafka import KafkaClients, TopicError, TransactionalKafkaClients, TransactionError
-from pyharvest.core.delivery.sender import producer_config
 
 __all__ = [
     "TRANSACTION_CALL_SECONDS",

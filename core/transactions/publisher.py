@@ -23,10 +23,11 @@ docs/algorithm.md gives the argument in full. Order per key: a transaction holds
 of a mark in id order, and transactions of a shard follow one another; a failed transaction
 is aborted and its records remarked from the head of the table, as a failed delivery is.
 
-The engine (:mod:`pyharvest.core.engine.harvest`) uses a :class:`TransactionalPublisher` where it
-would use a :class:`~pyharvest.core.delivery.dispatch.Dispatcher`: the main loop marks and hands the
-records over; the engine's delivery thread runs :meth:`TransactionalPublisher.serve`, which
-takes over, publishes and purges.
+The engine (:mod:`pyharvest.core.engine.harvest`) delivers through
+:class:`~pyharvest.core.transactions.exactly_once.ExactlyOnce`: the main loop marks and hands
+the records to its :class:`~pyharvest.core.transactions.window.TransactionWindow`; the
+engine's delivery thread runs :meth:`TransactionalPublisher.serve`, which takes over,
+publishes and purges, taking its jobs from the window.
 """
 
 from __future__ import annotations
@@ -36,12 +37,12 @@ import time
 from collections.abc import Callable
 from typing import cast
 
-from pyharvest.core.ports.database import DatabaseBinding, QuarantineBinding
 from pyharvest.core.config.settings import Config
-from pyharvest.core.errors import HarvestError
-from pyharvest.core.telemetry.events import Event
 from pyharvest.core.delivery.failures import FailedAttempts, settle
+from pyharvest.core.errors import HarvestError
 from pyharvest.core.outbox.identity import RECORD_ID_HEADER, identity_stamp
+from pyharvest.core.outbox.records import OutboxRecord
+from pyharvest.core.ports.database import DatabaseBinding, QuarantineBinding
 from pyharvest.core.ports.kafka import (
     DeliveryError,
     KafkaClients,
@@ -50,6 +51,7 @@ from pyharvest.core.ports.kafka import (
     TransactionalProducer,
     TransactionError,
 )
+from pyharvest.core.telemetry.events import Event
 from pyharvest.core.telemetry.logs import log, one_line
 from pyharvest.core.telemetry.metrics import HarvestMetrics
 from pyharvest.core.transactions.progress import (
@@ -59,8 +61,7 @@ from pyharvest.core.transactions.progress import (
     transactional_clients,
     transactional_config,
 )
-from pyharvest.core.outbox.records import OutboxRecord
-from pyharvest.core.transactions.window import TransactionWindow
+from pyharvest.core.transactions.window import Job, TransactionWindow
 
 __all__ = ["TransactionalPublisher"]
 
@@ -68,16 +69,14 @@ __all__ = ["TransactionalPublisher"]
 MAX_POISON_BACKOFF = 10.0
 
 
-class TransactionalPublisher(TransactionWindow):
-    """Publishes a shard's marked records in Kafka transactions.
-
-    The main loop uses what it inherits from :class:`~pyharvest.core.transactions.window.TransactionWindow`
-    as it would a :class:`~pyharvest.core.delivery.dispatch.Dispatcher`; everything here happens on the
-    thread that runs :meth:`serve`.
-    """
+class TransactionalPublisher:
+    """Publishes a shard's marked records in Kafka transactions, taking its jobs from
+    ``window`` (which the main loop fills); everything here happens on the thread that runs
+    :meth:`serve`."""
 
     def __init__(
         self,
+        window: TransactionWindow,
         config: Config,
         kafka: KafkaClients,
         metrics: HarvestMetrics,
@@ -92,13 +91,12 @@ class TransactionalPublisher(TransactionWindow):
         self._shard = shard
         self._emit = emit
         self._deadline = deadline
+        self._window = window
         limits = config.limits
-        super().__init__(limits.max_in_flight_records)  # type: ignore[arg-type]
         self._backoff: float = limits.io_error_backoff or 0.0
         self._producer_config = transactional_config(config, shard)
         self._stamp = identity_stamp(config.leader_group_id, config.outbox_table, config.identity_headers)
         self._producer: TransactionalProducer | None = None
-        self._retry_held_at = 0.0
         self._failures = FailedAttempts(config, metrics, emit)
         self._quarantine_binding: QuarantineBinding | None = None
         #: Consecutive aborts caused by a poison record: the retry's pause grows with it.
@@ -116,55 +114,24 @@ class TransactionalPublisher(TransactionWindow):
 
     def serve(self, binding: DatabaseBinding, done: threading.Event) -> None:
         """Run takeovers and transactions until ``done`` is set and nothing is queued."""
+        window = self._window
         try:
             while True:
-                job = self._next_job(done)
+                job = window.next_job(done)
                 if job is None:
                     return
-                if job == "takeover":
+                if job is Job.TAKE_OVER:
                     self._take_over(binding)
-                    continue
-                if job == "purge":
+                elif job is Job.PURGE:
                     self._purge_committed(binding)
-                    continue
-                assert not isinstance(job, str)
-                try:
-                    self._transact(binding, job)
-                finally:
-                    with self._cond:
-                        self._running = 0
-                        self._cond.notify_all()
+                else:
+                    committed: list[int] | None = None
+                    try:
+                        committed = self._transact(binding, job)
+                    finally:
+                        window.ended(committed)
         finally:
             self._retire_producer()
-
-    def _next_job(self, done: threading.Event) -> str | list[OutboxRecord] | None:
-        with self._cond:
-            while True:
-                if self._leading and self._takeover:
-                    return "takeover"
-                if self._unpurged and not (self._leading and self.ready and not self.force_remark and self._queue):
-                    return "purge"  # nothing to overlap it with
-                if self._leading and self.ready and not self.force_remark and self._queue:
-                    batch = self._queue
-                    self._queue = []
-                    if self._held:
-                        batch = [r for r in batch if r.key not in self._held]
-                        if not batch:
-                            continue
-                    self._running = len(batch)
-                    return batch
-                if done.is_set():
-                    return None
-                timeout = 0.1
-                if self._held and self._leading:
-                    due = self._retry_held_at - time.monotonic()
-                    if due <= 0:
-                        log.info("retrying the keys held behind a poison record: %s", ", ".join(sorted(self._held)[:5]))
-                        self.force_remark = True
-                        self._held.clear()
-                        continue
-                    timeout = min(timeout, due)
-                self._cond.wait(timeout)
 
     def _take_over(self, binding: DatabaseBinding) -> None:
         """Rule 3: fence every earlier producer of the shard, then purge what the last
@@ -184,14 +151,11 @@ class TransactionalPublisher(TransactionWindow):
             self._pause()
             return
         self._producer = producer
-        self._unpurged = []  # if still there, they are the last committed transaction's: purged below
+        self._window.fenced()
         ids = self._progress_ids(value)
         if ids and not self._purge(binding, ids, "the last committed transaction's records"):
             return  # not leading any more, or shutting down: the next takeover does it
-        with self._cond:
-            self._takeover = False
-            self.ready = True
-            self._cond.notify_all()
+        self._window.taken_over()
         log.info(
             "took over the transactions of shard %d in %.2fs (%d committed records purged)",
             self._shard,
@@ -210,9 +174,10 @@ class TransactionalPublisher(TransactionWindow):
                 "is another program writing to it?"
             ) from None
 
-    def _transact(self, binding: DatabaseBinding, batch: list[OutboxRecord]) -> None:
+    def _transact(self, binding: DatabaseBinding, batch: list[OutboxRecord]) -> list[int] | None:
         """Publish ``batch`` and its progress record in one transaction; purge the previous
-        transaction's rows while the records are on their way, and before the commit (rule 2)."""
+        transaction's rows while the records are on their way, and before the commit (rule 2).
+        Returns the ids committed, or None."""
         producer = self._producer
         assert producer is not None
         failures: list[tuple[OutboxRecord, DeliveryError]] = []
@@ -231,40 +196,34 @@ class TransactionalPublisher(TransactionWindow):
                 lambda err: progress_failed.append(err) if err is not None else None,
                 self._shard,
             )
-            if self._unpurged and not self._purge_committed(binding):
+            if self._window.unpurged and not self._purge_committed(binding):
                 self._abort(producer, batch, [], [], 0, "the previous transaction's rows could not be purged")
-                return
+                return None
             left = producer.flush(TRANSACTION_CALL_SECONDS)
             if failures or progress_failed or left:
                 self._abort(producer, batch, failures, progress_failed, left)
-                return
+                return None
             self._commit(producer)
         except TransactionError as e:
             self._failed(e, len(batch))
-            return
+            return None
         except ProduceError as e:  # the progress record itself was refused
             self._abort(producer, batch, failures, [e.error], 0)
-            return
+            return None
         metrics = self._metrics
         metrics.transactions_committed += 1
         metrics.records_published += len(batch)
         metrics.observe(metrics.transaction_seconds, time.monotonic() - started)
         self._failures.settled(ids)
         self.poison_streak = 0
-        with self._cond:
-            self._unpurged = ids
+        return ids
 
     def _purge_committed(self, binding: DatabaseBinding) -> bool:
         """Purge the last committed transaction's rows; if that cannot be done now (not
         leading any more, or shutting down), no further commit until a takeover has purged
         them (rule 2), whichever process makes it."""
-        purged = self._purge(binding, self._unpurged, "committed records")
-        with self._cond:
-            self._unpurged = []
-            if not purged:
-                self._takeover = True
-                self.ready = False
-            self._cond.notify_all()
+        purged = self._purge(binding, self._window.unpurged, "committed records")
+        self._window.purged(purged)
         return purged
 
     def _produce(
@@ -310,7 +269,7 @@ class TransactionalPublisher(TransactionWindow):
         why: str = "",
     ) -> None:
         self._metrics.transactions_aborted += 1
-        self.raise_remark()  # before anything else: nothing of this batch may be published under this id
+        self._window.raise_remark()  # before anything else: nothing of this batch may be published under this id
         try:
             producer.abort_transaction(TRANSACTION_CALL_SECONDS)
         except TransactionError as e:
@@ -337,12 +296,7 @@ class TransactionalPublisher(TransactionWindow):
         else:
             log.warning("a transaction of %d records failed: %s; taking over afresh", size, one_line(e))
         self._metrics.transactions_aborted += 1
-        with self._cond:
-            self._takeover = True
-            self.ready = False
-            self.force_remark = True
-            self._queue.clear()
-            self._cond.notify_all()
+        self._window.in_doubt()
         self._retire_producer()
         self._pause()
 
@@ -354,11 +308,10 @@ class TransactionalPublisher(TransactionWindow):
         if not verdicts.poison:
             return
         quarantined = {id(q.record) for q in verdicts.quarantine}
-        with self._cond:
-            self._held.update(rec.key for rec, err in failures if not err.retriable and id(rec) not in quarantined)
         self.poison_streak += 1
         backoff = min(MAX_POISON_BACKOFF, (self._backoff or 0.01) * 2 ** min(self.poison_streak - 1, 10))
-        self._retry_held_at = time.monotonic() + backoff
+        held = {rec.key for rec, err in failures if not err.retriable and id(rec) not in quarantined}
+        self._window.hold(held, time.monotonic() + backoff)
         binding = self._quarantine_binding
         if verdicts.quarantine and binding is not None:
             stored = settle(
@@ -401,11 +354,10 @@ class TransactionalPublisher(TransactionWindow):
         deadline = self._deadline()
         if deadline is not None and time.monotonic() > deadline:
             return False
-        return self._leading
+        return self._window.leading
 
     def _pause(self) -> None:
-        with self._cond:
-            self._cond.wait(self._backoff)
+        self._window.pause(self._backoff)
 
     def _retire_producer(self) -> None:
         producer, self._producer = self._producer, None

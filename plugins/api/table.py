@@ -27,8 +27,8 @@ from sqlalchemy.types import TypeDecorator
 
 from pyharvest.core.errors import BindingError
 from pyharvest.core.outbox.headers import EMPTY_HEADERS, decode_headers, encode_headers
-from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
 from pyharvest.core.outbox.keys import key_hash
+from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
 from pyharvest.plugins.api.identifiers import TableName
 
 __all__ = [

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from pyharvest.core.config.settings import LoggingConfig, file_sections, read_yaml_file
 from pyharvest.core.config.mapping import (
     ValueReader,
     config_to_mapping,
@@ -26,6 +25,7 @@ from pyharvest.core.config.mapping import (
     section_from_mapping,
     yaml_key,
 )
+from pyharvest.core.config.settings import LoggingConfig, file_sections, read_yaml_file
 from pyharvest.core.errors import ConfigError
 from pyharvest.plugins.api import parse_table_name
 

@@ -43,20 +43,20 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from pyharvest.core.inbox.ports import InboxConsumer
-from pyharvest.core.inbox.batch import Batches
 from pyharvest.bindings.sql.inbox.checkpoints import Checkpoints
-from pyharvest.inbox.config import InboxConfig
 from pyharvest.bindings.sql.inbox.deadletters import DeadLetters
 from pyharvest.bindings.sql.inbox.dedupe import Dedupe
-from pyharvest.inbox.errors import HandlerError, first_line
+from pyharvest.bindings.sql.inbox.tables import InboxTables
+from pyharvest.core.inbox.batch import Batches
 from pyharvest.core.inbox.loop import ConsumeLoop
 from pyharvest.core.inbox.partitions import Partitions
-from pyharvest.inbox.ports import BatchHandler, Handler
+from pyharvest.core.inbox.ports import InboxConsumer
 from pyharvest.core.inbox.recovery import Recovery
 from pyharvest.core.inbox.replay import Replayer
 from pyharvest.core.inbox.stats import Counters, InboxStats
-from pyharvest.bindings.sql.inbox.tables import InboxTables
+from pyharvest.inbox.config import InboxConfig
+from pyharvest.inbox.errors import HandlerError, first_line
+from pyharvest.inbox.ports import BatchHandler, Handler
 
 __all__ = ["BatchHandler", "Handler", "Inbox", "InboxStats"]
 

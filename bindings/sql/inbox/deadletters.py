@@ -24,9 +24,9 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
-from pyharvest.core.outbox.headers import decode_nullable_headers, encode_headers
-from pyharvest.core.inbox.message import InboxMessage, source_identity
 from pyharvest.bindings.sql.inbox.tables import DEAD, PARKED
+from pyharvest.core.inbox.message import InboxMessage, source_identity
+from pyharvest.core.outbox.headers import decode_nullable_headers, encode_headers
 
 __all__ = ["DeadLetter", "DeadLetters", "describe_error", "key_hash", "list_dead_letters", "request_replay"]
 
