@@ -17,6 +17,7 @@ the tests, that it is what the classes give. After changing a key, write it agai
 from __future__ import annotations
 
 import dataclasses
+import enum
 import re
 import typing
 from collections.abc import Callable, Iterator
@@ -99,6 +100,9 @@ def _google_attributes(doc: str | None) -> dict[str, str]:
 def _type_name(tp: Any, attr: str, durations: set[str]) -> str:
     if attr in durations:
         return "duration"
+    choices = [a for a in typing.get_args(tp) if isinstance(a, type) and issubclass(a, enum.Enum)]
+    if choices:  # a str enum, or the string a YAML file writes
+        return "one of " + ", ".join(f"`{m.value}`" for m in choices[0])
     text = tp if isinstance(tp, str) else getattr(tp, "__name__", str(tp))
     text = text.replace(" | None", "")
     names = {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "dict": "mapping"}

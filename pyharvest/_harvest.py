@@ -6,6 +6,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Self
 
+from pyharvest.core.config.choices import PoisonPolicy
 from pyharvest.core.config.settings import Config
 from pyharvest.core.engine.harvest import HarvestEngine
 from pyharvest.core.engine.lifecycle import State
@@ -31,7 +32,7 @@ def _sql_binding(config: Config) -> Callable[[], SqlBinding]:
 
         return create_binding(
             config.data_source, config.outbox_table, config.binding,
-            quarantine=config.poison_policy == "quarantine",
+            quarantine=config.poison_policy == PoisonPolicy.QUARANTINE,
             # The mark thread and the delivery thread of every shard hold a connection each.
             engine_options={"pool_size": 2 * config.shards} if config.shards > 1 else None,
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import fields
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pyharvest.core.config.durations import format_duration, parse_duration
@@ -151,6 +152,8 @@ def config_to_mapping(config: DataclassInstance, mask_secrets: bool) -> dict[str
             out[key] = mask_kafka_config(v) if mask_secrets else dict(v)
         elif f.name == "data_source" and mask_secrets:
             out[key] = mask_data_source(v)
+        elif isinstance(v, Enum):
+            out[key] = v.value  # the string a YAML file writes
         else:
             out[key] = list(v) if isinstance(v, list) else v
     return out

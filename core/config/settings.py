@@ -16,9 +16,11 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypeVar
 
 from pyharvest.core.config.checks import check_config_types, check_limits_types, limits_keywords
+from pyharvest.core.config.choices import Delivery, GroupProtocol, PoisonPolicy
 from pyharvest.core.config.durations import format_duration
 from pyharvest.core.config.mapping import (
     ValueReader,
@@ -34,7 +36,6 @@ from pyharvest.core.config.mapping import (
     yaml_key,
 )
 from pyharvest.core.config.masking import mask_data_source, mask_kafka_config
-from pyharvest.core.election.group_protocol import GROUP_PROTOCOLS
 from pyharvest.core.errors import ConfigError
 
 __all__ = [
@@ -49,8 +50,6 @@ __all__ = [
     "section_errors",
 ]
 
-POISON_POLICIES = ("block", "quarantine")
-DELIVERY_MODES = ("at-least-once", "exactly-once")
 DEFAULT_DATA_SOURCE = "host=localhost port=5432 user=postgres password= dbname=postgres sslmode=disable"
 DEFAULT_BOOTSTRAP_SERVERS = "localhost:9092"
 DEFAULT_MAX_IN_FLIGHT_RECORDS = 4000
@@ -223,6 +222,17 @@ _CONFIG_READERS: dict[str, ValueReader] = {
 MAX_SHARDS = 256
 
 
+_E = TypeVar("_E", bound=StrEnum)
+
+
+def _choice(kind: type[_E], value: object, key: str) -> _E:
+    """``value`` (a member, or the string a YAML file writes) as a member of ``kind``."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise ConfigError(key, f"expected one of {', '.join(kind)}, got {value!r}") from None
+
+
 def _dflt(value: Any, default: Any) -> Any:
     return default if value is None else value
 
@@ -259,19 +269,20 @@ class Config:
     outbox_table: str = "outbox"
     binding: str | None = None
     name: str = ""
-    poison_policy: str = "block"
+    #: What becomes of a record Kafka refuses for good: :class:`PoisonPolicy` (or its YAML string).
+    poison_policy: PoisonPolicy | str = PoisonPolicy.BLOCK
     identity_headers: bool = True
     #: How many shards the outbox is harvested in: each is led by one process of the group at
     #: a time, so up to this many processes publish at once. 1 is goharvest's single leader.
     shards: int = 1
-    #: The leader group's Kafka group protocol: ``classic``, or ``consumer`` (KIP-848; Apache
-    #: Kafka 4.0+). See :mod:`pyharvest.core.election.group_protocol`.
-    group_protocol: str = "classic"
+    #: The leader group's Kafka group protocol: :class:`GroupProtocol` ``classic``, or ``consumer``
+    #: (KIP-848; Apache Kafka 4.0+).
+    group_protocol: GroupProtocol | str = GroupProtocol.CLASSIC
     #: ``at-least-once`` (goharvest's; a leader that dies between Kafka's ack and the purge
     #: leaves its records to be published again) or ``exactly-once``: each batch is published
     #: in a Kafka transaction with a progress record (see docs/algorithm.md), so that
     #: ``read_committed`` consumers see every record once.
-    delivery: str = "at-least-once"
+    delivery: Delivery | str = Delivery.AT_LEAST_ONCE
     #: ``delivery: exactly-once``: the compacted topic of progress records, one partition per
     #: shard. Defaults to ``<leaderGroupID>.progress``.
     progress_topic: str = ""
@@ -316,22 +327,15 @@ class Config:
                 raise ConfigError(
                     yaml_key(fname), f"{v!r} is not a valid Kafka {label}: use 1-249 characters from [a-zA-Z0-9._-]"
                 )
-        if c.poison_policy not in POISON_POLICIES:
-            raise ConfigError(
-                "poisonPolicy", f"expected one of {', '.join(POISON_POLICIES)}, got {c.poison_policy!r}"
-            )
-        if c.delivery not in DELIVERY_MODES:
-            raise ConfigError("delivery", f"expected one of {', '.join(DELIVERY_MODES)}, got {c.delivery!r}")
+        c.poison_policy = _choice(PoisonPolicy, c.poison_policy, "poisonPolicy")
+        c.delivery = _choice(Delivery, c.delivery, "delivery")
         if c.progress_topic == c.leader_topic:
             raise ConfigError("progressTopic", f"must differ from leaderTopic ({c.leader_topic!r})")
         if c.binding is not None and (not isinstance(c.binding, str) or not c.binding):
             raise ConfigError("binding", f"expected the name of a dialect plugin, got {c.binding!r}")
         if isinstance(c.shards, bool) or not isinstance(c.shards, int) or not 1 <= c.shards <= MAX_SHARDS:
             raise ConfigError("shards", f"expected a whole number from 1 to {MAX_SHARDS}, got {c.shards!r}")
-        if c.group_protocol not in GROUP_PROTOCOLS:
-            raise ConfigError(
-                "groupProtocol", f"expected one of {', '.join(GROUP_PROTOCOLS)}, got {c.group_protocol!r}"
-            )
+        c.group_protocol = _choice(GroupProtocol, c.group_protocol, "groupProtocol")
         return c
 
     @classmethod

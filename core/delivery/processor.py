@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
+from pyharvest.core.config.choices import PoisonPolicy
 from pyharvest.core.config.settings import Config
 from pyharvest.core.delivery.failures import FailedAttempts, before, settle
 from pyharvest.core.outbox.records import OutboxRecord
@@ -153,7 +154,7 @@ class DeliveryProcessor:
     ) -> tuple[list[Flight], list[QuarantineEntry]]:
         """Split failures into records to reset (retry) and records to quarantine."""
         # Read at each failure, not once: the policy may be set after construction.
-        quarantine_on = self._config.poison_policy == "quarantine" and isinstance(binding, QuarantineBinding)
+        quarantine_on = self._config.poison_policy == PoisonPolicy.QUARANTINE and isinstance(binding, QuarantineBinding)
         verdicts = self._failures.judge([(f.record, cast(DeliveryError, f.error)) for f in failed], quarantine_on)
         to_reset = [failed[i] for i in verdicts.retry]
         if verdicts.fatal:

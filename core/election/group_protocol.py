@@ -22,14 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from pyharvest.core.config.choices import GroupProtocol
 from pyharvest.core.errors import TopicError
 from pyharvest.core.ports.kafka import KafkaConfigMap
 
 __all__ = [
-    "CLASSIC",
     "CLIENT_SESSION_SETTINGS",
-    "CONSUMER",
-    "GROUP_PROTOCOLS",
     "GroupSession",
     "GroupSessions",
     "SessionBounds",
@@ -38,10 +36,6 @@ __all__ = [
     "shard_client_configs",
     "wanted_session",
 ]
-
-CLASSIC = "classic"
-CONSUMER = "consumer"
-GROUP_PROTOCOLS = (CLASSIC, CONSUMER)
 
 #: What librdkafka refuses with ``group.protocol=consumer``: the broker owns them.
 CLIENT_SESSION_SETTINGS = ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy")
@@ -133,7 +127,7 @@ class GroupSessions(Protocol):
 
 
 def leader_client_configs(
-    config: KafkaConfigMap, group_id: str, heartbeat_timeout: float, group_protocol: str = CLASSIC
+    config: KafkaConfigMap, group_id: str, heartbeat_timeout: float, group_protocol: str = GroupProtocol.CLASSIC
 ) -> tuple[dict[str, object], dict[str, object]]:
     """The leader group's consumer configuration, and its heartbeat producer's.
 
@@ -149,9 +143,9 @@ def leader_client_configs(
     client settings librdkafka refuses there are left out, the Kafka configuration's included.
     """
     session = wanted_session(heartbeat_timeout)
-    if group_protocol == CONSUMER:
+    if group_protocol == GroupProtocol.CONSUMER:
         base = {k: v for k, v in config.items() if k not in CLIENT_SESSION_SETTINGS}
-        consumer: dict[str, object] = {**base, "group.protocol": CONSUMER}
+        consumer: dict[str, object] = {**base, "group.protocol": GroupProtocol.CONSUMER.value}
     else:
         # The group must not expire a live member before the member fences itself.
         consumer = {"heartbeat.interval.ms": session.heartbeat_ms, **config, "session.timeout.ms": session.session_ms}
@@ -163,12 +157,12 @@ REBALANCE_TIMEOUT_MS = 30_000
 
 
 def shard_client_configs(
-    config: KafkaConfigMap, group_id: str, heartbeat_timeout: float, group_protocol: str = CLASSIC
+    config: KafkaConfigMap, group_id: str, heartbeat_timeout: float, group_protocol: str = GroupProtocol.CLASSIC
 ) -> tuple[dict[str, object], dict[str, object]]:
     """The sharded leader group's consumer configuration, and its heartbeat producer's: those
     of :func:`leader_client_configs`, with incremental rebalancing."""
     consumer, producer = leader_client_configs(config, group_id, heartbeat_timeout, group_protocol)
-    if group_protocol == CLASSIC:
+    if group_protocol == GroupProtocol.CLASSIC:
         # Incremental: a member joining or leaving moves only the shards that change owner (the
         # consumer protocol's broker-side assignors always are).
         consumer["partition.assignment.strategy"] = "cooperative-sticky"

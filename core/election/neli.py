@@ -33,12 +33,10 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
+from pyharvest.core.config.choices import GroupProtocol
 from pyharvest.core.config.settings import Config
 from pyharvest.core.election.group_protocol import (
-    CLASSIC,
     CLIENT_SESSION_SETTINGS,
-    CONSUMER,
-    GROUP_PROTOCOLS,
     GroupSessions,
     choose_session,
     leader_client_configs,
@@ -196,10 +194,10 @@ class ShardGroup:
         poll_duration: float,
         on_assigned: Callable[[int], None] = lambda shard: None,
         clock: Callable[[], float] = time.monotonic,
-        group_protocol: str = CLASSIC,
+        group_protocol: str = GroupProtocol.CLASSIC,
     ) -> None:
-        if group_protocol not in GROUP_PROTOCOLS:
-            raise ValueError(f"group_protocol must be one of {', '.join(GROUP_PROTOCOLS)}, got {group_protocol!r}")
+        if group_protocol not in tuple(GroupProtocol):
+            raise ValueError(f"group_protocol must be one of {', '.join(GroupProtocol)}, got {group_protocol!r}")
         self.group_protocol = group_protocol
         self._clients = clients
         self._kafka_config = dict(kafka_config)
@@ -256,7 +254,7 @@ class ShardGroup:
                 )
                 + "; see 'Changing the number of shards' in the docs"
             )
-        if self.group_protocol == CONSUMER:
+        if self.group_protocol == GroupProtocol.CONSUMER:
             self._configure_consumer_group()
         # Under the classic protocol one shard keeps the eager assignor every single-leader reaper
         # has used, so that old and new members can share a group through a rolling upgrade (a
@@ -401,7 +399,7 @@ class Neli:
         poll_duration: float,
         on_status: StatusHandler,
         clock: Callable[[], float] = time.monotonic,
-        group_protocol: str = CLASSIC,
+        group_protocol: str = GroupProtocol.CLASSIC,
     ) -> None:
         self._group = ShardGroup(
             clients, kafka_config, leader_topic, group_id, name, 1,

@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from typing import cast
 
+from pyharvest.core.config.choices import PoisonPolicy
 from pyharvest.core.config.settings import Config
 from pyharvest.core.delivery.failures import FailedAttempts, settle
 from pyharvest.core.errors import HarvestError
@@ -303,7 +304,7 @@ class TransactionalPublisher:
     def _triage(self, failures: list[tuple[OutboxRecord, DeliveryError]]) -> None:
         """Hold the keys of records Kafka refused for good out of the next transactions, or
         quarantine those past ``maxDeliveryAttempts``."""
-        quarantine_on = self._config.poison_policy == "quarantine" and self._quarantine_binding is not None
+        quarantine_on = self._config.poison_policy == PoisonPolicy.QUARANTINE and self._quarantine_binding is not None
         verdicts = self._failures.judge(failures, quarantine_on)
         if not verdicts.poison:
             return
