@@ -149,7 +149,10 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
         outbox = OutboxTable.build(parse_table_name(args.table))
         for what, sql in harvester_statements(
-            load_dialect(args.binding), outbox, quarantine=args.poison_policy == PoisonPolicy.QUARANTINE, shards=args.shards
+            load_dialect(args.binding),
+            outbox,
+            quarantine=args.poison_policy == PoisonPolicy.QUARANTINE,
+            shards=args.shards,
         ):
             print(f"\n-- {what}\n{sql};")
     return EXIT_OK
@@ -162,7 +165,8 @@ def cmd_init_db(args: argparse.Namespace) -> int:
     target = outbox_target(args)
     # From the file, the table is made ready for how it will be harvested.
     shards = args.shards or (target.config.shards if target.config is not None else 1)
-    quarantine = args.quarantine or (target.config is not None and target.config.poison_policy == PoisonPolicy.QUARANTINE)
+    configured = target.config is not None and target.config.poison_policy == PoisonPolicy.QUARANTINE
+    quarantine = args.quarantine or configured
     create_outbox_table(target.data_source, target.table, target.binding, quarantine=quarantine, shards=shards)
     print(f"outbox table {target.table!r} is ready at {mask_data_source(target.data_source)}")
     return EXIT_OK

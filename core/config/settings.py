@@ -227,10 +227,12 @@ _E = TypeVar("_E", bound=StrEnum)
 
 def _choice(kind: type[_E], value: object, key: str) -> _E:
     """``value`` (a member, or the string a YAML file writes) as a member of ``kind``."""
-    try:
-        return kind(value)
-    except ValueError:
-        raise ConfigError(key, f"expected one of {', '.join(kind)}, got {value!r}") from None
+    if isinstance(value, str):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    raise ConfigError(key, f"expected one of {', '.join(kind)}, got {value!r}")
 
 
 def _dflt(value: Any, default: Any) -> Any:

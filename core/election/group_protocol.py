@@ -139,8 +139,9 @@ def leader_client_configs(
     configuration wins).
 
     Under the ``consumer`` protocol the broker holds the session and the heartbeat interval
-    (the group's own configuration, set by :class:`~pyharvest.core.election.neli.ShardGroup` at start) and assigns, so the
-    client settings librdkafka refuses there are left out, the Kafka configuration's included.
+    (the group's own configuration, set by :class:`~pyharvest.core.election.neli.ShardGroup`
+    at start) and assigns, so the client settings librdkafka refuses there are left out, the
+    Kafka configuration's included.
     """
     session = wanted_session(heartbeat_timeout)
     if group_protocol == GroupProtocol.CONSUMER:

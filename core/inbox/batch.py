@@ -32,21 +32,23 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import sqlalchemy as sa
-from sqlalchemy.exc import SQLAlchemyError
-
-from pyharvest.bindings.sql.inbox.checkpoints import Checkpoints
-from pyharvest.bindings.sql.inbox.deadletters import DeadLetters, describe_error, key_hash
-from pyharvest.bindings.sql.inbox.dedupe import Dedupe, Source
-from pyharvest.bindings.sql.inbox.tables import DEAD, PARKED
 from pyharvest.core.inbox.bisection import first_failure
-from pyharvest.core.inbox.message import InboxMessage
+from pyharvest.core.inbox.errors import HandlerError, first_line
+from pyharvest.core.inbox.letters import DEAD, PARKED, describe_error, key_hash
+from pyharvest.core.inbox.message import InboxMessage, Source
 from pyharvest.core.inbox.partitions import Partitions
-from pyharvest.core.inbox.ports import InboxConsumer, TopicPartition
-from pyharvest.core.inbox.recovery import connection_lost
+from pyharvest.core.inbox.ports import (
+    BatchHandler,
+    CheckpointStore,
+    DeadLetterStore,
+    DedupeStore,
+    Handler,
+    InboxConsumer,
+    InboxDatabase,
+    TopicPartition,
+    Transaction,
+)
 from pyharvest.core.inbox.stats import Counters
-from pyharvest.inbox.errors import HandlerError, first_line
-from pyharvest.inbox.ports import BatchHandler, Handler
 
 __all__ = ["Batch", "BatchFailedError", "Batches", "HandlerFailedError"]
 
@@ -57,8 +59,7 @@ log = logging.getLogger("pyharvest.inbox")
 class Batch:
     """One open transaction and what it has done; discarded on rollback."""
 
-    conn: sa.Connection
-    txn: sa.RootTransaction
+    tx: Transaction
     started: float
     messages: list[InboxMessage] = field(default_factory=list)
     positions: dict[TopicPartition, int] = field(default_factory=dict)
@@ -96,14 +97,14 @@ class Batches:
 
     def __init__(
         self,
-        engine: sa.Engine,
+        database: InboxDatabase,
         handler: Handler | None,
         *,
         batch_handler: BatchHandler | None = None,
         partitions: Partitions,
-        checkpoints: Checkpoints,
-        dedupe: Dedupe,
-        dead_letters: DeadLetters,
+        checkpoints: CheckpointStore,
+        dedupe: DedupeStore,
+        dead_letters: DeadLetterStore,
         consumer: InboxConsumer,
         counters: Counters,
         error_policy: str,
@@ -123,7 +124,7 @@ class Batches:
         self._whole_failed = False
         if (handler is None) == (batch_handler is None):
             raise ValueError("give either a handler or a batch handler")
-        self._engine = engine
+        self._db = database
         self._handler = handler
         self._batch_handler = batch_handler
         self._partitions = partitions
@@ -186,18 +187,12 @@ class Batches:
             self.apply(pending)
 
     def _begin(self) -> Batch:
-        conn = self._engine.connect()
-        try:
-            txn = conn.begin()
-        except BaseException:
-            conn.close()
-            raise
-        self.open = Batch(conn, txn, time.monotonic())
+        self.open = Batch(self._db.begin(), time.monotonic())
         return self.open
 
     def _apply(self, batch: Batch, messages: list[InboxMessage]) -> None:
         # The per-message path: everything it touches is a local.
-        conn = batch.conn
+        conn = batch.tx.connection
         batch.messages.extend(messages)
         seen = batch.seen
         wanted = {m.source for m in messages if m.source is not None and m.source not in seen}
@@ -244,7 +239,7 @@ class Batches:
             try:
                 handler(conn, m)  # type: ignore[misc]  # None only with a batch handler
             except Exception as e:
-                if connection_lost(e):
+                if self._db.connection_lost(e):
                     raise
                 raise HandlerFailedError(m, e) from e
             done.append(m)
@@ -255,12 +250,12 @@ class Batches:
         todo, batch.todo = batch.todo, []
         handler = self._batch_handler
         assert handler is not None
-        conn = batch.conn
+        conn = batch.tx.connection
         if not self._bisecting:
             try:
                 handler(conn, list(todo))  # its own list: what it does to it changes nothing here
             except Exception as e:
-                if connection_lost(e):
+                if self._db.connection_lost(e):
                     raise
                 raise BatchFailedError(len(todo), e) from e
         else:
@@ -270,7 +265,7 @@ class Batches:
             owned = self._partitions.owned
             for tp in sorted(batch.positions):
                 self._checkpoints.verify(conn, tp, owned[tp].fence)
-            found = first_failure(conn, handler, todo, known_to_fail=self._whole_failed)
+            found = first_failure(self._db, conn, handler, todo, known_to_fail=self._whole_failed)
             self._whole_failed = False
             if found is not None:
                 raise HandlerFailedError(todo[found[0]], found[1]) from found[1]
@@ -282,7 +277,7 @@ class Batches:
         """Commit the open batch, fenced; on a moved fence drop the partition and retry the rest."""
         owned = self._partitions.owned
         while (batch := self.open) is not None:
-            conn = batch.conn
+            conn = batch.tx.connection
             if batch.todo:
                 try:
                     self._apply_gathered(batch)
@@ -308,8 +303,8 @@ class Batches:
                 window = self._dedupe_window
                 for tp, pos in batch.positions.items():
                     self._dedupe.prune(conn, tp[0], tp[1], pos - window)
-            batch.txn.commit()
-            conn.close()
+            batch.tx.commit()
+            batch.tx.close()
             self.open = None
             self._forced_dead.clear()
             self._bisecting = self._whole_failed = False
@@ -337,13 +332,14 @@ class Batches:
         if batch is None:
             return
         self._counters.add(rollbacks=1)
+        failures = self._db.failures
         try:
-            batch.txn.rollback()
-        except SQLAlchemyError as e:
+            batch.tx.rollback()
+        except failures as e:
             log.debug("rollback failed (the connection is gone; the database rolls back): %s", first_line(e))
         finally:
-            with contextlib.suppress(SQLAlchemyError):
-                batch.conn.close()
+            with contextlib.suppress(*failures):
+                batch.tx.close()
 
     def discard(self) -> None:
         """Roll back and forget what waited to be applied again: the next owner applies it."""

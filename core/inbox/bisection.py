@@ -20,18 +20,17 @@ what an ``executemany`` of one row per message does.
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import sqlalchemy as sa
+from typing import Any
 
 from pyharvest.core.inbox.message import InboxMessage
-from pyharvest.core.inbox.recovery import connection_lost
-from pyharvest.inbox.ports import BatchHandler
+from pyharvest.core.inbox.ports import BatchHandler, InboxDatabase
 
 __all__ = ["first_failure"]
 
 
 def first_failure(
-    conn: sa.Connection,
+    database: InboxDatabase,
+    conn: Any,
     handler: BatchHandler,
     messages: Sequence[InboxMessage],
     *,
@@ -40,45 +39,45 @@ def first_failure(
     """Apply ``messages`` through ``handler`` in savepoints of ``conn``'s transaction; return
     the index and error of the first one that fails (those before it applied, none after), or
     None when all of them applied. ``known_to_fail``: the whole list just failed, so start
-    with its halves. The transaction must have begun with a write (pysqlite begins one only
-    at a write; releasing a savepoint that began it would commit it). A connection that went
-    away is raised, never taken for the handler's failure."""
+    with its halves. The transaction (``conn``'s, of ``database``) must have begun with a
+    write (pysqlite begins one only at a write; releasing a savepoint that began it would
+    commit it). A connection that went away is raised, never taken for the handler's failure."""
     if not messages:
         return None
     if not known_to_fail:
-        error = _attempt(conn, handler, list(messages))
+        error = _attempt(database, conn, handler, list(messages))
         if error is None:
             return None
         if len(messages) == 1:
             return 0, error
-    return _search(conn, handler, messages, 0, len(messages))
+    return _search(database, conn, handler, messages, 0, len(messages))
 
 
 def _search(
-    conn: sa.Connection, handler: BatchHandler, messages: Sequence[InboxMessage], lo: int, hi: int
+    database: InboxDatabase, conn: Any, handler: BatchHandler, messages: Sequence[InboxMessage], lo: int, hi: int
 ) -> tuple[int, Exception] | None:
     """``messages[lo:hi]`` failed together (or is believed to): try its halves in order."""
     mid = (lo + hi) // 2
     for start, end in ((lo, mid), (mid, hi)):
         if start == end:
             continue
-        error = _attempt(conn, handler, list(messages[start:end]))
+        error = _attempt(database, conn, handler, list(messages[start:end]))
         if error is None:
             continue
         if end - start == 1:
             return start, error
-        found = _search(conn, handler, messages, start, end)
+        found = _search(database, conn, handler, messages, start, end)
         if found is not None:
             return found
     return None  # every part applied: the failure did not come back
 
 
-def _attempt(conn: sa.Connection, handler: BatchHandler, part: list[InboxMessage]) -> Exception | None:
-    savepoint = conn.begin_nested()
+def _attempt(database: InboxDatabase, conn: Any, handler: BatchHandler, part: list[InboxMessage]) -> Exception | None:
+    savepoint = database.savepoint(conn)
     try:
         handler(conn, part)
     except Exception as e:
-        if connection_lost(e):
+        if database.connection_lost(e):
             raise
         savepoint.rollback()
         return e

@@ -18,11 +18,9 @@ import logging
 import time
 from collections.abc import Mapping
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from pyharvest.core.inbox.batch import Batches
 from pyharvest.core.inbox.partitions import Partitions
-from pyharvest.core.inbox.ports import InboxConsumer, TopicPartition
+from pyharvest.core.inbox.ports import InboxConsumer, InboxDatabase, TopicPartition
 from pyharvest.core.inbox.recovery import Recovery
 from pyharvest.core.inbox.replay import Replayer
 
@@ -32,11 +30,12 @@ log = logging.getLogger("pyharvest.inbox")
 
 
 class ConsumeLoop:
-    """One :meth:`step` per poll; a :class:`~pyharvest.inbox.ports.RebalanceListener`."""
+    """One :meth:`step` per poll; a :class:`~pyharvest.core.inbox.ports.RebalanceListener`."""
 
     def __init__(
         self,
         consumer: InboxConsumer,
+        database: InboxDatabase,
         *,
         partitions: Partitions,
         batches: Batches,
@@ -47,6 +46,7 @@ class ConsumeLoop:
         poll: float,
     ) -> None:
         self._consumer = consumer
+        self._db = database
         self._partitions = partitions
         self._batches = batches
         self._recovery = recovery
@@ -77,7 +77,7 @@ class ConsumeLoop:
                 len(batch.messages) >= self._max_batch or time.monotonic() - batch.started >= self._max_duration
             ):
                 batches.commit()
-        except SQLAlchemyError as e:
+        except self._db.failures as e:
             self._recovery.after_database_error(e)
 
     def finish(self) -> None:

@@ -24,6 +24,7 @@ __all__ = [
     "RECORD_ID_HEADER",
     "InboxMessage",
     "MessageHeader",
+    "Source",
     "build_message",
     "delivery_id_for",
     "source_identity",
@@ -33,6 +34,9 @@ __all__ = [
 #: A header as Kafka delivers it: raw bytes, or None for a null value. Not an outbox record's
 #: :data:`pyharvest.core.outbox.records.Header`, whose value is the str or bytes the stasher wrote.
 MessageHeader = tuple[str, bytes | None]
+
+#: A source identity: the outbox (``<leaderGroupID>/<outboxTable>``) and the record's id in it.
+Source = tuple[str, int]
 
 
 def source_identity(headers: Sequence[MessageHeader] | None) -> tuple[str, int] | None:

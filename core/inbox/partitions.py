@@ -3,7 +3,7 @@
 Guarantee: a partition's messages are applied only after this consumer bumped the
 partition's fence in a committed transaction of its own (:meth:`Partitions.claim`), and
 every later transaction for it is checked against that fence (see
-:mod:`pyharvest.bindings.sql.inbox.checkpoints`); the offset the claim read back is where consuming
+:class:`~pyharvest.core.inbox.ports.CheckpointStore`); the offset the claim read back is where consuming
 resumes, whatever Kafka's own committed offset says.
 """
 
@@ -14,13 +14,8 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import sqlalchemy as sa
-from sqlalchemy.exc import SQLAlchemyError
-
-from pyharvest.bindings.sql.inbox.checkpoints import Checkpoints
-from pyharvest.bindings.sql.inbox.deadletters import DeadLetters
-from pyharvest.core.inbox.ports import TopicPartition
-from pyharvest.inbox.errors import first_line
+from pyharvest.core.inbox.errors import first_line
+from pyharvest.core.inbox.ports import CheckpointStore, DeadLetterStore, InboxDatabase, TopicPartition
 
 __all__ = ["Owned", "Partitions"]
 
@@ -44,15 +39,15 @@ class Partitions:
 
     def __init__(
         self,
-        engine: sa.Engine,
-        checkpoints: Checkpoints,
-        dead_letters: DeadLetters,
+        database: InboxDatabase,
+        checkpoints: CheckpointStore,
+        dead_letters: DeadLetterStore,
         *,
         stop: threading.Event,
         backoff: float,
     ) -> None:
         self.owned: dict[TopicPartition, Owned] = {}
-        self._engine = engine
+        self._db = database
         self._checkpoints = checkpoints
         self._dead_letters = dead_letters
         self._stop = stop
@@ -68,13 +63,18 @@ class Partitions:
         attempt = 0
         while True:
             try:
-                with self._engine.begin() as conn:
-                    claims = self._checkpoints.claim(conn, tps)
-                    return {
-                        tp: Owned(c.fence, c.next_offset, self._dead_letters.parked_keys(conn, *tp))
+                tx = self._db.begin()
+                try:
+                    claims = self._checkpoints.claim(tx.connection, tps)
+                    owned = {
+                        tp: Owned(c.fence, c.next_offset, self._dead_letters.parked_keys(tx.connection, *tp))
                         for tp, c in claims.items()
                     }
-            except SQLAlchemyError as e:
+                    tx.commit()
+                    return owned
+                finally:
+                    tx.close()
+            except self._db.failures as e:
                 attempt += 1
                 # IntegrityError: a first claim raced another's; anything else: the database.
                 log.warning("claiming partitions failed (attempt %d): %s", attempt, first_line(e))

@@ -15,35 +15,23 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-
-from pyharvest.bindings.sql.inbox.checkpoints import Checkpoints
+from pyharvest.core.inbox.batch import Batches
+from pyharvest.core.inbox.errors import first_line
 from pyharvest.core.inbox.partitions import Partitions
-from pyharvest.core.inbox.ports import TopicPartition
+from pyharvest.core.inbox.ports import CheckpointStore, InboxDatabase, TopicPartition
 from pyharvest.core.inbox.stats import Counters
-from pyharvest.inbox.errors import first_line
 
-if TYPE_CHECKING:
-    from pyharvest.core.inbox.batch import Batches
-
-__all__ = ["Recovery", "connection_lost"]
+__all__ = ["Recovery"]
 
 log = logging.getLogger("pyharvest.inbox")
-
-
-def connection_lost(e: BaseException) -> bool:
-    """A handler error that is really the database going away: retried, never dead-lettered."""
-    return isinstance(e, DBAPIError) and bool(e.connection_invalidated)
 
 
 class Recovery:
     def __init__(
         self,
-        engine: sa.Engine,
-        checkpoints: Checkpoints,
+        database: InboxDatabase,
+        checkpoints: CheckpointStore,
         *,
         partitions: Partitions,
         batches: Batches,
@@ -51,7 +39,7 @@ class Recovery:
         stop: threading.Event,
         backoff: float,
     ) -> None:
-        self._engine = engine
+        self._db = database
         self._checkpoints = checkpoints
         self._partitions = partitions
         self._batches = batches
@@ -59,7 +47,7 @@ class Recovery:
         self._stop = stop
         self._backoff = backoff
 
-    def after_database_error(self, error: SQLAlchemyError) -> None:
+    def after_database_error(self, error: BaseException) -> None:
         """Roll back, wait for the database, re-read the checkpoints and queue what lies past
         them to be applied again."""
         batches = self._batches
@@ -73,7 +61,7 @@ class Recovery:
         while not self._stop.wait(self._backoff):
             lost = []
             try:
-                with self._engine.connect() as conn:
+                with self._db.connect() as conn:
                     for tp, mine in owned.items():
                         claim = self._checkpoints.read(conn, tp)
                         if claim is None or claim.fence != mine.fence:
@@ -82,7 +70,7 @@ class Recovery:
                             # The commit whose outcome was lost may in fact have happened.
                             mine.committed = claim.next_offset
                 break
-            except SQLAlchemyError as e:
+            except self._db.failures as e:
                 log.warning("database still failing: %s", first_line(e))
         else:
             return  # stopping: nothing was committed, the next owner re-applies
@@ -102,7 +90,7 @@ class Recovery:
             return
         try:
             batches.finish()
-        except SQLAlchemyError as e:
+        except self._db.failures as e:
             log.warning("commit on revocation failed, the next owner re-applies: %s", first_line(e))
             batches.discard()
 
@@ -115,7 +103,7 @@ class Recovery:
         are simply redelivered to the next owner."""
         try:
             self._batches.finish()
-        except SQLAlchemyError as e:
+        except self._db.failures as e:
             log.warning("final commit failed, the next owner re-applies: %s", first_line(e))
             self._batches.rollback()
 

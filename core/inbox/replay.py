@@ -7,7 +7,8 @@ handler's effects, the dedupe identities and the deletion of the replayed messag
 together; copies already applied are deleted without being applied again. If one fails
 again, the transaction is redone without its effects: the messages before it stay applied,
 it becomes the key's dead letter with the new error, the key stays parked and the request
-is cleared. See :mod:`pyharvest.bindings.sql.inbox.deadletters` for how replay is requested.
+is cleared. See :mod:`pyharvest.core.inbox.letters` for what is stored, and
+:mod:`pyharvest.bindings.sql.inbox.deadletters` for how replay is requested.
 
 A batch handler gets the key's messages in one call. If it raises, the transaction is redone
 finding the failing message by bisection in savepoints
@@ -20,21 +21,23 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Literal
+from typing import Any, Literal
 
-import sqlalchemy as sa
-
-from pyharvest.bindings.sql.inbox.checkpoints import Checkpoints
-from pyharvest.bindings.sql.inbox.deadletters import DeadLetter, DeadLetters, describe_error
-from pyharvest.bindings.sql.inbox.dedupe import Dedupe
 from pyharvest.core.inbox.bisection import first_failure
+from pyharvest.core.inbox.errors import first_line
+from pyharvest.core.inbox.letters import DeadLetter, describe_error
 from pyharvest.core.inbox.message import InboxMessage
 from pyharvest.core.inbox.partitions import Partitions
-from pyharvest.core.inbox.ports import TopicPartition
-from pyharvest.core.inbox.recovery import connection_lost
+from pyharvest.core.inbox.ports import (
+    BatchHandler,
+    CheckpointStore,
+    DeadLetterStore,
+    DedupeStore,
+    Handler,
+    InboxDatabase,
+    TopicPartition,
+)
 from pyharvest.core.inbox.stats import Counters
-from pyharvest.inbox.errors import first_line
-from pyharvest.inbox.ports import BatchHandler, Handler
 
 __all__ = ["Replayer"]
 
@@ -51,20 +54,20 @@ class Replayer:
 
     def __init__(
         self,
-        engine: sa.Engine,
+        database: InboxDatabase,
         handler: Handler | None,
         *,
         batch_handler: BatchHandler | None = None,
         partitions: Partitions,
-        checkpoints: Checkpoints,
-        dedupe: Dedupe,
-        dead_letters: DeadLetters,
+        checkpoints: CheckpointStore,
+        dedupe: DedupeStore,
+        dead_letters: DeadLetterStore,
         drop: Callable[[Iterable[TopicPartition], str], None],
         counters: Counters,
         stop: threading.Event,
         interval: float,
     ) -> None:
-        self._engine = engine
+        self._db = database
         self._handler = handler
         self._batch_handler = batch_handler
         self._partitions = partitions
@@ -83,7 +86,7 @@ class Replayer:
         if not owned or now - self._last_check < self._interval:
             return
         self._last_check = now
-        with self._engine.connect() as conn:
+        with self._db.connect() as conn:
             wanted = [(tp, kh) for tp in sorted(owned) for kh in self._dead_letters.requested(conn, *tp)]
         for tp, kh in wanted:
             if tp in owned and not self._stop.is_set():
@@ -98,7 +101,9 @@ class Replayer:
             owned = self._partitions.owned.get(tp)
             if owned is None:
                 return
-            with self._engine.connect() as conn, conn.begin() as txn:
+            txn = self._db.begin()
+            try:
+                conn = txn.connection
                 # Also the transaction's first write: savepoints (bisecting) nest inside it.
                 if not self._checkpoints.verify(conn, tp, owned.fence):
                     txn.rollback()
@@ -115,6 +120,8 @@ class Replayer:
                     failure = outcome
                     continue
                 txn.commit()
+            finally:
+                txn.close()
             if failure is None and khash is not None:
                 owned.parked.discard(khash)
             self._counters.add(replayed=outcome)
@@ -125,7 +132,7 @@ class Replayer:
             return
 
     def _replay_letters(
-        self, conn: sa.Connection, letters: list[DeadLetter], failure: _Failure | None, bisect: bool
+        self, conn: Any, letters: list[DeadLetter], failure: _Failure | None, bisect: bool
     ) -> int | _Failure | _Unlocated:
         """Apply ``letters`` up to ``failure`` (if known); returns how many were applied, or
         the new failure (located or not), which leaves the transaction to be rolled back."""
@@ -153,7 +160,7 @@ class Replayer:
         return len(todo)
 
     def _apply(
-        self, conn: sa.Connection, todo: list[tuple[int, InboxMessage]], bisect: bool, known_to_fail: bool
+        self, conn: Any, todo: list[tuple[int, InboxMessage]], bisect: bool, known_to_fail: bool
     ) -> _Failure | _Unlocated | None:
         """Apply ``todo`` (letter index, message) with the handler; None if all applied."""
         located: tuple[int, InboxMessage, Exception] | None = None
@@ -162,7 +169,7 @@ class Replayer:
                 try:
                     self._handler(conn, m)
                 except Exception as error:
-                    if connection_lost(error):
+                    if self._db.connection_lost(error):
                         raise
                     located = i, m, error
                     break
@@ -174,7 +181,7 @@ class Replayer:
                 try:
                     handler(conn, messages)
                 except Exception as error:
-                    if connection_lost(error):
+                    if self._db.connection_lost(error):
                         raise
                     log.info(
                         "replayed messages failed again (%s: %s); finding which",
@@ -183,7 +190,7 @@ class Replayer:
                     )
                     return "unlocated"
             else:
-                found = first_failure(conn, handler, messages, known_to_fail=known_to_fail)
+                found = first_failure(self._db, conn, handler, messages, known_to_fail=known_to_fail)
                 if found is not None:
                     located = (*todo[found[0]], found[1])
         if located is None:

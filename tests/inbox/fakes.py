@@ -5,24 +5,19 @@ tested on a real database, only Kafka is faked."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 from confluent_kafka import KafkaError, TopicPartition
 
-from pyharvest.inbox import OUTBOX_HEADER, RECORD_ID_HEADER, InboxMessage, InboxTables, delivery_id_for, source_identity
-from pyharvest.core.inbox.batch import Batches
 from pyharvest.bindings.sql.inbox.checkpoints import Checkpoints
+from pyharvest.bindings.sql.inbox.database import SqlInboxDatabase
 from pyharvest.bindings.sql.inbox.deadletters import DeadLetters
 from pyharvest.bindings.sql.inbox.dedupe import Dedupe
-from pyharvest.core.inbox.loop import ConsumeLoop
-from pyharvest.core.inbox.partitions import Partitions
+from pyharvest.core.inbox.engine import InboxEngine, InboxPorts, InboxSettings
 from pyharvest.core.inbox.ports import RebalanceListener
-from pyharvest.core.inbox.recovery import Recovery
-from pyharvest.core.inbox.replay import Replayer
-from pyharvest.core.inbox.stats import Counters
+from pyharvest.inbox import OUTBOX_HEADER, RECORD_ID_HEADER, InboxMessage, InboxTables, delivery_id_for, source_identity
 
 GROUP = "unit-group"
 TOPIC = "unit-topic"
@@ -149,7 +144,7 @@ class FakeConfluentConsumer:
 
 
 class FakeInboxConsumer:
-    """:class:`~pyharvest.inbox.ports.InboxConsumer` over a script of rebalances and messages."""
+    """:class:`~pyharvest.core.inbox.ports.InboxConsumer` over a script of rebalances and messages."""
 
     def __init__(self) -> None:
         self.listener: RebalanceListener | None = None
@@ -293,20 +288,7 @@ class Stores:
             return sorted(tuple(r) for r in c.execute(sa.select(dd.c.outbox, dd.c.record_id)))
 
 
-# ---------------------------------------------------------------------- the inbox's parts, wired as Inbox wires them
-
-
-@dataclass
-class Parts:
-    stores: Stores
-    consumer: FakeInboxConsumer
-    counters: Counters
-    stop: threading.Event
-    partitions: Partitions
-    batches: Batches
-    recovery: Recovery
-    replayer: Replayer
-    loop: ConsumeLoop
+# ---------------------------------------------------------------------- the inbox's engine on these
 
 
 def wire(
@@ -320,58 +302,23 @@ def wire(
     prune_every: int = 100,
     dedupe_window: int = 100_000,
     backoff: float = 0.01,
-) -> Parts:
-    consumer = FakeInboxConsumer()
-    counters = Counters()
-    stop = threading.Event()
+) -> InboxEngine:
+    """The engine as :class:`~pyharvest.inbox.Inbox` wires it, on the SQLite file and a fake consumer."""
     if batch_handler is None:
         handler = handler or stores.record
-    partitions = Partitions(stores.engine, stores.checkpoints, stores.dead_letters, stop=stop, backoff=backoff)
-    batches = Batches(
-        stores.engine,
-        handler,
-        batch_handler=batch_handler,
-        partitions=partitions,
-        checkpoints=stores.checkpoints,
-        dedupe=stores.dedupe,
-        dead_letters=stores.dead_letters,
-        consumer=consumer,
-        counters=counters,
+    ports = InboxPorts(
+        SqlInboxDatabase(stores.engine), stores.checkpoints, stores.dedupe, stores.dead_letters, FakeInboxConsumer()
+    )
+    settings = InboxSettings(
         error_policy=error_policy,
         dedupe_window=dedupe_window,
         prune_every=prune_every,
-    )
-    recovery = Recovery(
-        stores.engine,
-        stores.checkpoints,
-        partitions=partitions,
-        batches=batches,
-        counters=counters,
-        stop=stop,
-        backoff=backoff,
-    )
-    replayer = Replayer(
-        stores.engine,
-        handler,
-        batch_handler=batch_handler,
-        partitions=partitions,
-        checkpoints=stores.checkpoints,
-        dedupe=stores.dedupe,
-        dead_letters=stores.dead_letters,
-        drop=batches.drop,
-        counters=counters,
-        stop=stop,
-        interval=0.0,
-    )
-    loop = ConsumeLoop(
-        consumer,
-        partitions=partitions,
-        batches=batches,
-        recovery=recovery,
-        replayer=replayer,
         max_batch=max_batch,
         max_duration=max_duration,
         poll=0.0,
+        backoff=backoff,
+        replay_interval=0.0,
     )
-    consumer.subscribe([TOPIC], loop)
-    return Parts(stores, consumer, counters, stop, partitions, batches, recovery, replayer, loop)
+    engine = InboxEngine(ports, handler, batch_handler=batch_handler, settings=settings)
+    engine.subscribe([TOPIC])
+    return engine

@@ -140,8 +140,8 @@ def test_inbox_takes_one_of_handler_and_batch_handler():
 def test_build_message_is_the_constructor_without_its_cost():
     import dataclasses
 
-    from pyharvest.inbox import InboxMessage
     from pyharvest.core.inbox.message import build_message
+    from pyharvest.inbox import InboxMessage
 
     values = ("t", 3, 17, b"k", b"v", (("h", b"x"),), 1_700_000_000_000, ("o/outbox", 9), "d" * 32)
     built = build_message(*values)

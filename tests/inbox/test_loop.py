@@ -24,7 +24,7 @@ def stores(tmp_path) -> Stores:
 
 def test_a_batch_gathers_until_full_then_commits(stores):
     parts = wire(stores, max_batch=3, max_duration=60.0)
-    c = parts.consumer
+    c = parts.ports.consumer
     c.rebalance("assign", [(TOPIC, 0)])
     c.deliver(message(0), message(1))
     parts.loop.step()
@@ -40,8 +40,8 @@ def test_a_batch_gathers_until_full_then_commits(stores):
 
 def test_a_batch_commits_once_its_duration_is_up(stores):
     parts = wire(stores, max_batch=1000, max_duration=0.0)
-    parts.consumer.rebalance("assign", [(TOPIC, 0)])
-    parts.consumer.deliver(message(0))
+    parts.ports.consumer.rebalance("assign", [(TOPIC, 0)])
+    parts.ports.consumer.deliver(message(0))
     parts.loop.step()
     assert parts.batches.open is None and stores.checkpoint()[0] == 1
 
@@ -56,8 +56,8 @@ def test_a_database_error_is_recovered_from_on_the_next_steps(stores):
         stores.record(tx, m)
 
     parts = wire(stores, handler, max_batch=2)
-    parts.consumer.rebalance("assign", [(TOPIC, 0)])
-    parts.consumer.deliver(message(0), message(1))
+    parts.ports.consumer.rebalance("assign", [(TOPIC, 0)])
+    parts.ports.consumer.deliver(message(0), message(1))
     parts.loop.step()
     assert parts.counters.snapshot(()).database_errors == 1
     assert [m.offset for m in parts.batches.redo] == [0, 1]

@@ -16,23 +16,13 @@ nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
-from pyharvest.core.inbox.ports import TopicPartition
+from pyharvest.core.inbox.ports import Claim, TopicPartition
 
-__all__ = ["Checkpoints", "Claim", "TopicPartition"]
-
-
-@dataclass(slots=True)
-class Claim:
-    """A partition this consumer owns: the fence it wrote and the next offset to apply
-    (None: nothing committed yet, start from the consumer's ``auto.offset.reset``)."""
-
-    fence: int
-    next_offset: int | None
+__all__ = ["Checkpoints"]
 
 
 def _now() -> datetime:
@@ -40,6 +30,9 @@ def _now() -> datetime:
 
 
 class Checkpoints:
+    """The fenced checkpoints of one consumer group in ``table``; a
+    :class:`~pyharvest.core.inbox.ports.CheckpointStore`."""
+
     def __init__(self, table: sa.Table, group_id: str, owner: str) -> None:
         self.table = table
         self.group_id = group_id

@@ -1,10 +1,5 @@
-"""Dead letters and parked messages, and asking for their replay.
-
-Under ``errorPolicy: dead-letter`` a message whose handler fails is stored with its error
-(``status='dead'``) and the consumer moves on. So that per-key order is never broken
-silently, every later message of the same key in that partition is stored too, not applied
-(``status='parked'``), until the key is replayed. Messages without a key have no order to
-keep: only the failing message itself is stored.
+"""Dead letters and parked messages in their table (what is stored and why:
+:mod:`pyharvest.core.inbox.letters`), and asking for their replay.
 
 Replay is done by the consumer that owns the partition, inside its fenced transactions, so
 it cannot interleave with live messages of the key: an operator only *asks*
@@ -17,30 +12,16 @@ applied, it becomes the key's new dead letter with the new error, and the reques
 from __future__ import annotations
 
 import base64
-import hashlib
-import traceback
-from dataclasses import dataclass
+from collections.abc import Collection
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
-from pyharvest.bindings.sql.inbox.tables import DEAD, PARKED
-from pyharvest.core.inbox.message import InboxMessage, source_identity
+from pyharvest.core.inbox.letters import DEAD, DeadLetter, key_hash
+from pyharvest.core.inbox.message import InboxMessage, delivery_id_for, source_identity
 from pyharvest.core.outbox.headers import decode_nullable_headers, encode_headers
 
-__all__ = ["DeadLetter", "DeadLetters", "describe_error", "key_hash", "list_dead_letters", "request_replay"]
-
-_ERROR_LIMIT = 8000
-
-
-def key_hash(key: bytes | None) -> str | None:
-    return None if key is None else hashlib.sha256(key).hexdigest()
-
-
-def describe_error(error: BaseException) -> str:
-    """The error as stored for the operator: the exception and its traceback, bounded."""
-    text = "".join(traceback.format_exception(error))
-    return text if len(text) <= _ERROR_LIMIT else text[: _ERROR_LIMIT - 20] + "\n… (truncated)"
+__all__ = ["DeadLetters", "list_dead_letters", "request_replay"]
 
 
 def _decode_headers(text: str) -> tuple[tuple[str, bytes | None], ...]:
@@ -51,19 +32,10 @@ def _decode_headers(text: str) -> tuple[tuple[str, bytes | None], ...]:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """A stored message: ``status`` is ``dead`` (its handler failed) or ``parked``."""
-
-    id: int
-    status: str
-    message: InboxMessage
-    error: str | None
-    failed_at: datetime
-    replay_requested: bool
-
-
 class DeadLetters:
+    """The dead letters of one consumer group in ``table``; a
+    :class:`~pyharvest.core.inbox.ports.DeadLetterStore`."""
+
     def __init__(self, table: sa.Table, group_id: str) -> None:
         self.table = table
         self.group_id = group_id
@@ -133,8 +105,6 @@ class DeadLetters:
         return [self._letter(r) for r in conn.execute(q).mappings()]
 
     def _letter(self, r: sa.RowMapping) -> DeadLetter:
-        from pyharvest.core.inbox.message import delivery_id_for
-
         headers = _decode_headers(r["headers"])
         source = source_identity(headers)
         msg = InboxMessage(
@@ -152,7 +122,7 @@ class DeadLetters:
         )
         return DeadLetter(int(r["id"]), r["status"], msg, r["error"], r["failed_at"], bool(r["replay_requested"]))
 
-    def delete(self, conn: sa.Connection, ids: list[int]) -> None:
+    def delete(self, conn: sa.Connection, ids: Collection[int]) -> None:
         if ids:
             conn.execute(sa.delete(self.table).where(self.table.c.id.in_(ids)))
 
@@ -191,5 +161,3 @@ def list_dead_letters(conn: sa.Connection, table: sa.Table, group_id: str, limit
     dl = DeadLetters(table, group_id)
     return [dl._letter(r) for r in rows]
 
-
-__all__ += ["DEAD", "PARKED"]

@@ -7,7 +7,7 @@
   harvester published twice is dropped. Pruned to a window of offsets per partition.
 * **dead letter** — messages whose handler failed under the ``dead-letter`` policy
   (``status='dead'``) and the later messages of the same key, parked behind them
-  (``status='parked'``), in arrival order (``id``).
+  (``status='parked'``), in arrival order (``id``); see :mod:`pyharvest.core.inbox.letters`.
 
 Column names avoid words reserved by some databases (``partition``, ``offset``, ``key``).
 """
@@ -21,9 +21,7 @@ import sqlalchemy as sa
 
 from pyharvest.plugins.api import GeneratedId, UTCDateTime, parse_table_name
 
-__all__ = ["DEAD", "PARKED", "InboxTables"]
-
-DEAD, PARKED = "dead", "parked"
+__all__ = ["InboxTables"]
 
 GROUP_LENGTH = 249  # Kafka's limit for group ids and topic names
 TOPIC_LENGTH = 249
