@@ -23,8 +23,12 @@ import pluggy
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
-    from pyharvest.plugins.api import BulkWriter, ListenerFactory, MarkStrategy, OutboxTable, TableName
+    from pyharvest.plugins.api.bulk import BulkWriter
     from pyharvest.plugins.api.capabilities import Capabilities
+    from pyharvest.plugins.api.identifiers import TableName
+    from pyharvest.plugins.api.marking import MarkStrategy
+    from pyharvest.plugins.api.notify import ListenerFactory
+    from pyharvest.plugins.api.table import OutboxTable
 
 __all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
 

@@ -103,18 +103,15 @@ def module_names() -> dict[str, Path]:
     return found
 
 
-def runtime_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The modules ``name`` imports when it runs (at import or inside a function; not under
-    ``if TYPE_CHECKING``): ``from package import module`` counts as the module."""
+def module_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules ``name`` imports: at import, inside a function or under ``if TYPE_CHECKING``
+    (a cycle of type-only imports is a knot all the same: neither module can be read, or
+    moved, without the other). ``from package import module`` counts as the module."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                for other in child.orelse:
-                    visit(other)
-                continue
             if isinstance(child, ast.Import):
                 found.update(a.name for a in child.names if a.name in modules)
             elif isinstance(child, ast.ImportFrom):
@@ -138,7 +135,7 @@ def runtime_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]
 def import_cycles() -> list[list[str]]:
     """The strongly connected components of more than one module in the import graph (Tarjan)."""
     modules = module_names()
-    graph = {name: runtime_imports(name, path, modules) for name, path in modules.items()}
+    graph = {name: module_imports(name, path, modules) for name, path in modules.items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []

@@ -19,7 +19,7 @@ from pyharvest.core.config.mapping import did_you_mean, yaml_key
 from pyharvest.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from pyharvest.core.config.settings import Config, Limits
+    from _typeshed import DataclassInstance
 
 __all__ = ["check_config_types", "check_limits_types", "limits_keywords"]
 
@@ -29,7 +29,7 @@ _STRINGS = (
 )
 
 
-def check_limits_types(limits: Limits, ints: Collection[str]) -> None:
+def check_limits_types(limits: DataclassInstance, ints: Collection[str]) -> None:
     """Whole numbers stay whole numbers; a duration is seconds (a number) or a Go-style string
     (``'5s'``, ``'500ms'``), converted here to seconds."""
     for f in fields(limits):
@@ -64,8 +64,9 @@ def limits_keywords(data: Mapping[Any, Any], known: Collection[str]) -> dict[str
     return out
 
 
-def check_config_types(config: Config) -> None:
-    """Kafka properties are mappings (``None`` is none), names are strings, flags are booleans."""
+def check_config_types(config: DataclassInstance) -> None:
+    """Kafka properties are mappings (``None`` is none), names are strings, flags are booleans
+    (of a :class:`~pyharvest.core.config.settings.Config`, whose fields it reads by name)."""
     for name in ("base_kafka_config", "producer_kafka_config"):
         value = getattr(config, name)
         if value is None:
@@ -78,9 +79,10 @@ def check_config_types(config: Config) -> None:
         value = getattr(config, name)
         if not isinstance(value, str):
             raise ConfigError(name, f"expected a string, got {value!r}")
-    if config.binding is not None and not isinstance(config.binding, str):
-        raise ConfigError("binding", f"expected the name of a dialect plugin, got {config.binding!r}")
-    if not isinstance(config.identity_headers, bool):
-        raise ConfigError("identity_headers", f"expected True or False, got {config.identity_headers!r}")
-    if isinstance(config.shards, bool) or not isinstance(config.shards, int):
-        raise ConfigError("shards", f"expected a whole number, got {config.shards!r}")
+    binding, identity_headers, shards = (getattr(config, n) for n in ("binding", "identity_headers", "shards"))
+    if binding is not None and not isinstance(binding, str):
+        raise ConfigError("binding", f"expected the name of a dialect plugin, got {binding!r}")
+    if not isinstance(identity_headers, bool):
+        raise ConfigError("identity_headers", f"expected True or False, got {identity_headers!r}")
+    if isinstance(shards, bool) or not isinstance(shards, int):
+        raise ConfigError("shards", f"expected a whole number, got {shards!r}")

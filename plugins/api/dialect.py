@@ -17,7 +17,7 @@ import pluggy
 
 from pyharvest.core.errors import BindingError
 from pyharvest.plugins import hookspecs
-from pyharvest.plugins.api.capabilities import Capabilities
+from pyharvest.plugins.api.capabilities import Capabilities, find_capabilities_with
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -296,6 +296,16 @@ def dialect_for_backend(backend: str) -> str:
 
 
 _by_backend: dict[str, Dialect | None] = {}
+
+
+def _capabilities_of(backend: str) -> Capabilities | None:
+    try:
+        return load_dialect(dialect_for_backend(backend)).capabilities
+    except BindingError:
+        return None  # no installed dialect serves it: the defaults (naive UTC is always safe)
+
+
+find_capabilities_with(_capabilities_of)
 
 
 def dialect_of(database: sa.Connection | sa.Engine | sa.Dialect) -> Dialect | None:
