@@ -5,7 +5,7 @@ Write records with :mod:`pyharvest.stasher` inside your own transactions; run
 key, at least once, with one leader at a time among any number of processes.
 """
 
-from pyharvest._harvest import Harvest, ShardedHarvest
+from pyharvest._harvest import Harvest
 from pyharvest.core.config.settings import Config, Limits
 from pyharvest.core.engine.harvest import State
 from pyharvest.core.errors import BindingError, ConfigError, HarvestError
@@ -54,7 +54,6 @@ __all__ = [
     "OutboxTableMissingError",
     "RecordQuarantined",
     "RecordTooLargeError",
-    "ShardedHarvest",
     "State",
     "__version__",
 ]

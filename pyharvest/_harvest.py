@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Self
 
@@ -21,7 +20,7 @@ from pyharvest.core.telemetry.metrics import HarvestMetrics
 if TYPE_CHECKING:
     from pyharvest.bindings.sql import SqlBinding
 
-__all__ = ["Harvest", "ShardedHarvest"]
+__all__ = ["Harvest"]
 
 
 def _sql_binding(config: Config) -> Callable[[], SqlBinding]:
@@ -189,20 +188,3 @@ class Harvest:
     @property
     def binding(self) -> DatabaseBinding | None:
         return self._engine.binding
-
-
-class ShardedHarvest(Harvest):
-    """Deprecated: :class:`Harvest` honours ``config.shards`` itself."""
-
-    def __init__(
-        self,
-        config: Config,
-        *,
-        binding: ShardableBinding | Callable[[], ShardableBinding] | None = None,
-        kafka: KafkaClients | None = None,
-        on_event: EventHandler | None = None,
-    ) -> None:
-        warnings.warn(
-            "ShardedHarvest is deprecated: Harvest harvests in config.shards shards", DeprecationWarning, stacklevel=2
-        )
-        super().__init__(config, binding=binding, kafka=kafka, on_event=on_event)

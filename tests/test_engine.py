@@ -333,10 +333,10 @@ def test_the_facades_take_the_event_handler_at_construction():
     assert any(isinstance(e, LeaderRevoked) for e in events)
 
 
-def test_one_harvest_honours_shards_and_sharded_harvest_is_its_deprecated_name():
+def test_one_harvest_honours_shards():
     from dataclasses import replace
 
-    from pyharvest import ConfigError, Harvest, ShardedHarvest
+    from pyharvest import ConfigError, Harvest
     from pyharvest.core.engine.sharded import ShardedHarvestEngine
 
     db = FakeBinding()
@@ -350,6 +350,3 @@ def test_one_harvest_honours_shards_and_sharded_harvest_is_its_deprecated_name()
     # A binding that cannot mark a shard's rows is refused before anything connects.
     with pytest.raises(ConfigError, match="cannot mark a shard's rows"):
         Harvest(cfg, binding=db, kafka=FakeKafka())
-    with pytest.warns(DeprecationWarning, match="Harvest harvests in config.shards shards"):
-        sharded = ShardedHarvest(cfg, binding=lambda: db, kafka=FakeKafka())  # type: ignore[arg-type,return-value]
-    assert isinstance(sharded, Harvest) and isinstance(sharded.runner, ShardedHarvestEngine)
