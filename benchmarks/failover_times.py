@@ -32,7 +32,8 @@ from pyharvest.core.config.durations import parse_duration
 # A harvester process: prints "<wall time> <event>" for its start and its leadership events.
 CHILD = """
 import signal, sys, time
-from pyharvest import Config, Harvest, LeaderAcquired, LeaderFenced, LeaderRevoked, Limits
+from pyharvest import Config, Harvest, Limits
+from pyharvest.events import LeaderAcquired, LeaderFenced, LeaderRevoked
 from pyharvest.core.config.durations import parse_duration
 
 def say(what):

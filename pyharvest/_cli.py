@@ -18,9 +18,9 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from pyharvest._commands.exits import EXIT_OK, EXIT_USAGE, error_exit
-from pyharvest._version import __version__
 from pyharvest._commands.files import add_file_argument
 from pyharvest._commands.process import run_command, setup_logging
+from pyharvest._version import __version__
 from pyharvest.core.config.choices import PoisonPolicy
 from pyharvest.core.config.settings import mask_data_source, resolve_section, section_errors
 

@@ -60,13 +60,13 @@ class Harvest:
     leader group needs the same ``shards``; the leader topic's partition count is checked
     against it at start.
 
-    ``on_event`` receives every :mod:`~pyharvest.core.telemetry.events` event (as does a handler given
+    ``on_event`` receives every :mod:`~pyharvest.events` event (as does a handler given
     to :meth:`set_event_handler`, before or after :meth:`start`); with shards, each carries its
     ``shard``. ``binding`` and ``kafka`` replace the defaults (the SQL binding chosen by
     ``config.binding`` or the data source's scheme, and confluent-kafka clients).
 
-    What runs underneath is :attr:`runner`: a :class:`pyharvest.core.HarvestEngine` for one
-    shard, a :class:`~pyharvest.core.engine.sharded.ShardedHarvestEngine` for more.
+    What runs underneath is :attr:`runner`: the engine of the whole outbox, or (with shards)
+    the one that runs an engine for each shard this process leads.
     """
 
     def __init__(
@@ -127,7 +127,7 @@ class Harvest:
         self.join()
 
     def set_event_handler(self, handler: EventHandler) -> None:
-        """Register the callback for :mod:`pyharvest.core.telemetry.events`, before or after :meth:`start`."""
+        """Register the callback for :mod:`pyharvest.events`, before or after :meth:`start`."""
         self.runner.set_event_handler(handler)
 
     def health(self) -> Health:

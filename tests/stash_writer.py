@@ -17,7 +17,7 @@ import time
 
 import sqlalchemy as sa
 
-from pyharvest import OutboxTableChangedError
+from pyharvest.errors import OutboxTableChangedError
 from pyharvest.core.outbox.records import OutboxRecord
 from pyharvest.stasher import Stasher
 

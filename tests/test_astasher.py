@@ -217,7 +217,7 @@ def test_wrong_kind_of_transaction_is_refused(tmp_path) -> None:
 
 
 def test_limits_are_checked_before_anything_is_written(outbox) -> None:
-    from pyharvest import KeyTooLongError, RecordTooLargeError
+    from pyharvest.errors import KeyTooLongError, RecordTooLargeError
 
     url, table, binding = outbox
 

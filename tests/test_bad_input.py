@@ -21,7 +21,8 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
-from pyharvest import Config, ConfigError, Harvest, Limits, OutboxRecord, stasher
+from pyharvest import Config, Harvest, Limits, OutboxRecord, stasher
+from pyharvest.errors import ConfigError
 from pyharvest._cli import main as reaper
 from pyharvest.bindings.sql import create_binding, create_outbox_table
 from pyharvest.core.errors import BindingError

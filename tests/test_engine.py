@@ -8,7 +8,9 @@ from collections import defaultdict
 
 import pytest
 
-from pyharvest.core import Config, HarvestEngine, Limits, State
+from pyharvest import Config, Limits
+from pyharvest.core.engine.harvest import HarvestEngine
+from pyharvest.events import State
 from pyharvest.core.telemetry.events import LeaderAcquired, LeaderFenced, LeaderRefreshed, LeaderRevoked, MeterRead
 from pyharvest.core.ports.kafka import DeliveryError
 from tests.fakes import FakeBinding, FakeKafka
@@ -336,7 +338,8 @@ def test_the_facades_take_the_event_handler_at_construction():
 def test_one_harvest_honours_shards():
     from dataclasses import replace
 
-    from pyharvest import ConfigError, Harvest
+    from pyharvest import Harvest
+    from pyharvest.errors import ConfigError
     from pyharvest.core.engine.sharded import ShardedHarvestEngine
 
     db = FakeBinding()

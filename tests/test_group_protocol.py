@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from pyharvest.core import Config
+from pyharvest import Config
 from pyharvest.core.config.settings import ReaperConfig
 from pyharvest.core.errors import ConfigError, TopicError
 from pyharvest.core.election.group_protocol import GroupSession, SessionBounds, choose_session, wanted_session

@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from pyharvest.core import Config, HarvestEngine, Limits
+from pyharvest import Config, Limits
+from pyharvest.core.engine.harvest import HarvestEngine
 from pyharvest.core.ports.database import ChangeFeed
 from pyharvest.core.errors import ConfigError
 from pyharvest.core.engine.idle import IdleBackoff, Wakeup

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pyharvest.core import Config, HarvestEngine, Limits
+from pyharvest import Config, Limits
+from pyharvest.core.engine.harvest import HarvestEngine
 from pyharvest.core.errors import ConfigError, KafkaPropertyError
 from pyharvest.core.config.kafka_origins import property_origin
 from tests.fakes import FakeBinding, FakeKafka

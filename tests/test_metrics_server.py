@@ -18,7 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from pyharvest.bindings.ops import OpsConfig, start_ops_server  # noqa: E402
 from pyharvest.bindings.ops.collector import HarvestCollector  # noqa: E402
-from pyharvest.core import Config, HarvestEngine, Limits  # noqa: E402
+from pyharvest import Config, Limits  # noqa: E402
+from pyharvest.core.engine.harvest import HarvestEngine
 from pyharvest.core.errors import ConfigError, HarvestError  # noqa: E402
 from pyharvest.core.ports.kafka import DeliveryError  # noqa: E402
 from tests.fakes import FakeBinding, FakeKafka  # noqa: E402

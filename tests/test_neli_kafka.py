@@ -9,7 +9,8 @@ import uuid
 import pytest
 
 from pyharvest.bindings.kafka.confluent import ConfluentClients
-from pyharvest.core import Config, HarvestEngine, Limits
+from pyharvest import Config, Limits
+from pyharvest.core.engine.harvest import HarvestEngine
 from pyharvest.core.telemetry.events import LeaderAcquired, LeaderRevoked
 from pyharvest.core.ports.kafka import TopicError
 from tests.fakes import FakeBinding

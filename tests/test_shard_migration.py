@@ -18,7 +18,8 @@ import pytest
 import sqlalchemy as sa
 
 from benchmarks.children import python_module
-from pyharvest import Config, Harvest, Limits, OutboxTableChangedError
+from pyharvest import Config, Harvest, Limits
+from pyharvest.errors import OutboxTableChangedError
 from pyharvest.bindings.sql import create_binding, create_outbox_table
 from pyharvest.bindings.sql.shard_schema import key_hash_guard_name
 from pyharvest.core.errors import BindingError

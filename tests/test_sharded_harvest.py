@@ -9,7 +9,8 @@ import uuid
 
 import pytest
 
-from pyharvest import Config, Harvest, LeaderAcquired, Limits
+from pyharvest import Config, Harvest, Limits
+from pyharvest.events import LeaderAcquired
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.outbox.keys import shard_of
 from tests.kafka_tools import create_topic, read_topic, values_per_key

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from pyharvest import KeyTooLongError, OutboxTableMissingError, RecordTooLargeError, stasher
+from pyharvest import stasher
+from pyharvest.errors import KeyTooLongError, OutboxTableMissingError, RecordTooLargeError
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
 from pyharvest.plugins.api import KEY_LENGTH

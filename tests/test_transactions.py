@@ -9,7 +9,8 @@ import threading
 
 import pytest
 
-from pyharvest.core import Config, HarvestEngine, Limits
+from pyharvest import Config, Limits
+from pyharvest.core.engine.harvest import HarvestEngine
 from pyharvest.core.errors import ConfigError
 from pyharvest.core.ports.kafka import DeliveryError
 from pyharvest.core.transactions.progress import decode_progress, encode_progress, transactional_id

@@ -2,8 +2,8 @@
 librdkafka) gives for good, and what the poison policy does with the key meanwhile.
 
 The hint goes into the warning logged for the failure, the error logged for a quarantine and
-the ``hint`` of :class:`~pyharvest.core.telemetry.events.DeliveryFailed` and
-:class:`~pyharvest.core.telemetry.events.RecordQuarantined`.
+the ``hint`` of :class:`~pyharvest.events.DeliveryFailed` and
+:class:`~pyharvest.events.RecordQuarantined`.
 """
 
 from __future__ import annotations

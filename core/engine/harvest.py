@@ -47,7 +47,6 @@ from pyharvest.core.election.neli import Leadership, LeaderStatus, Neli, group_s
 from pyharvest.core.engine.idle import IdleBackoff, Wakeup
 from pyharvest.core.engine.lifecycle import Lifecycle, State
 from pyharvest.core.engine.modes import delivery_mode
-from pyharvest.core.outbox.identity import OUTBOX_HEADER, RECORD_ID_HEADER
 from pyharvest.core.ports.database import ChangeFeed, DatabaseBinding
 from pyharvest.core.ports.kafka import KafkaClients
 from pyharvest.core.telemetry.events import LeaderAcquired, LeaderFenced, LeaderRefreshed, LeaderRevoked
@@ -56,7 +55,7 @@ from pyharvest.core.telemetry.logs import label_thread, labelled, log, one_line
 from pyharvest.core.telemetry.metrics import HarvestMetrics
 from pyharvest.core.telemetry.repeats import CollapsingLogger
 
-__all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "HarvestEngine", "Health", "State"]
+__all__ = ["HarvestEngine"]
 
 
 class HarvestEngine(Lifecycle):

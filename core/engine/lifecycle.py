@@ -78,7 +78,7 @@ class Lifecycle:
         raise NotImplementedError
 
     def set_event_handler(self, handler: EventHandler) -> None:
-        """Register the callback for :mod:`pyharvest.core.telemetry.events`, before or after :meth:`start`."""
+        """Register the callback for :mod:`pyharvest.events`, before or after :meth:`start`."""
         self._event_handler = handler
 
     def stop(self) -> None:

@@ -159,8 +159,8 @@ def stash(
     the block commits.
 
     ``table`` defaults to the ``PYHARVEST_OUTBOX_TABLE`` setting (``outbox``). The record is
-    validated first (:class:`~pyharvest.InvalidRecordError`, nothing written). A missing table
-    raises :class:`~pyharvest.BindingError` naming ``migrate pyharvest``. ``propagate_trace``
+    validated first (:class:`~pyharvest.errors.InvalidRecordError`, nothing written). A missing table
+    raises :class:`~pyharvest.errors.BindingError` naming ``migrate pyharvest``. ``propagate_trace``
     adds the current OpenTelemetry trace's headers, as the SQLAlchemy stasher's does.
     """
     _write(using, table, (record,), propagate_trace)

@@ -14,7 +14,8 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
-from pyharvest import BindingError, InvalidRecordError, OutboxRecord
+from pyharvest import OutboxRecord
+from pyharvest.errors import BindingError, InvalidRecordError
 from pyharvest.bindings.sql import check_table, create_binding, create_outbox_table
 from pyharvest.core.outbox.headers import decode_headers
 from pyharvest.plugins.api import load_dialect, parse_table_name
@@ -278,7 +279,7 @@ def test_data_source_from_databases_mysql_and_sqlite(alias, tmp_path) -> None:
 
 
 def test_data_source_refuses_what_a_url_cannot_carry(alias) -> None:
-    from pyharvest import ConfigError
+    from pyharvest.errors import ConfigError
 
     ssl = alias(ENGINE="django.db.backends.mysql", NAME="x", OPTIONS={"ssl": {"ca": "/ca.pem"}})
     with pytest.raises(ConfigError, match=r"OPTIONS'\]\['ssl'\] is a dict.*harvest.dataSource"):

@@ -7,7 +7,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
-from pyharvest.inbox import HandlerError
+from pyharvest.errors import HandlerError
 from tests.inbox.fakes import TOPIC, Stores, message, wire
 
 

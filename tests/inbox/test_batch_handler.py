@@ -8,7 +8,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
-from pyharvest.inbox import HandlerError, InboxMessage
+from pyharvest.errors import HandlerError
+from pyharvest.inbox import InboxMessage
 from tests.inbox.fakes import TOPIC, Stores, message, wire
 
 

@@ -10,7 +10,8 @@ import sqlalchemy as sa
 from confluent_kafka import Consumer, TopicPartition
 
 from pyharvest.bindings.sql.inbox.checkpoints import Checkpoints
-from pyharvest.inbox import HandlerError, Inbox, InboxMessage, InboxTables, delivery_id_for, request_replay
+from pyharvest.errors import HandlerError
+from pyharvest.inbox import Inbox, InboxMessage, InboxTables, delivery_id_for, request_replay
 from tests.inbox.helpers import applied_table, identity, inbox_config, produce, recording_handler, rows, wait_for
 from tests.kafka_tools import create_topic
 

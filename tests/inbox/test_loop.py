@@ -10,7 +10,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
-from pyharvest.inbox import HandlerError, Inbox, InboxConfig, InboxLimits
+from pyharvest.errors import HandlerError
+from pyharvest.inbox import Inbox, InboxConfig, InboxLimits
 from tests.inbox.fakes import GROUP, TOPIC, FakeConfluentConsumer, Stores, kafka_message, message, wire
 from tests.inbox.helpers import wait_for
 
