@@ -23,8 +23,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from pyharvest.core.engine.lifecycle import State
 from pyharvest.core.errors import HarvestError
-from pyharvest.events import State
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry

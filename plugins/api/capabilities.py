@@ -1,4 +1,4 @@
-"""What a database can do, declared by its dialect plugin (``pyharvest_capabilities``).
+"""What a database can do, declared by its dialect plugin (``DialectOptions.capabilities``).
 
 Code outside ``plugins/`` asks these flags and the dialect's hooks, never the database's name:
 a third-party dialect that declares them gets the same behaviour as a built-in one.
