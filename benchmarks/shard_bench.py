@@ -278,7 +278,7 @@ def backlog(n: int, keys: int) -> list[tuple[str, bytes]]:
 
 def run_drain(args: argparse.Namespace, bootstrap: str, workdir: Path, rnd: int, processes: int, shards: int,
               rtt_ms: float, keys: int, delivery: str = "at-least-once") -> DrainRun:
-    from tests.faults.proxy import FaultProxy
+    from tests.helpers.faults.proxy import FaultProxy
 
     run = DrainRun(rnd, processes, shards, rtt_ms, args.records, keys, delivery=delivery)
     table, topic = f"sbench_{uuid.uuid4().hex[:8]}", f"sbench-{uuid.uuid4().hex[:8]}"

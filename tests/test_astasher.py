@@ -14,7 +14,7 @@ from pyharvest import stasher
 from pyharvest.bindings.sql import GOHARVEST, create_binding, create_outbox_table
 from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
 from pyharvest.stasher import Stasher
-from tests.fixtures.databases import selected_dialects
+from tests.helpers.fixtures.databases import selected_dialects
 
 pytest.importorskip("greenlet", reason="SQLAlchemy's asyncio needs greenlet")
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine  # noqa: E402

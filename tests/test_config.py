@@ -7,9 +7,9 @@ import re
 import pytest
 
 from pyharvest import Config, Limits
-from pyharvest.errors import ConfigError
-from pyharvest.core.config.settings import ReaperConfig, mask_data_source
 from pyharvest.core.config.durations import parse_duration
+from pyharvest.core.config.settings import ReaperConfig, mask_data_source
+from pyharvest.errors import ConfigError
 
 GOHARVEST_YAML = """
 harvest:

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field, fields
 
 import pytest
 
-from pyharvest.core.config.settings import Config, Limits
 from pyharvest.core.config.mapping import (
     config_to_mapping,
     limits_from_mapping,
@@ -21,6 +20,7 @@ from pyharvest.core.config.mapping import (
     section_from_mapping,
     yaml_key,
 )
+from pyharvest.core.config.settings import Config, Limits
 from pyharvest.core.errors import ConfigError
 from pyharvest.inbox.config import InboxConfig, InboxLimits
 

@@ -13,11 +13,11 @@ import pytest
 
 from pyharvest.core.config.settings import Config, Limits
 from pyharvest.core.delivery.processor import DeliveryProcessor, Flight
-from pyharvest.core.telemetry.events import DeliveryFailed, MeterRead, RecordQuarantined
-from pyharvest.core.ports.kafka import DeliveryError
-from pyharvest.core.telemetry.metrics import HarvestMetrics
 from pyharvest.core.outbox.records import OutboxRecord
-from tests.fakes import FakeBinding
+from pyharvest.core.ports.kafka import DeliveryError
+from pyharvest.core.telemetry.events import DeliveryFailed, MeterRead, RecordQuarantined
+from pyharvest.core.telemetry.metrics import HarvestMetrics
+from tests.helpers.fakes import FakeBinding
 
 TIMEOUT = DeliveryError("REQUEST_TIMED_OUT", "broker did not answer")
 TOO_LARGE = DeliveryError("MSG_SIZE_TOO_LARGE", "message too large", retriable=False)

@@ -15,10 +15,10 @@ import pytest
 from pyharvest import Config, Harvest, Limits
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.errors import HarvestError
-from tests.fixtures.kafka import on_embedded_broker
-from tests.kafka_tools import create_topic, read_topic, values_per_key
-from tests.test_harvest_e2e import outbox_count, wait_empty, write_concurrently
-from tests.waiting import wait_until
+from tests.helpers.fixtures.kafka import on_embedded_broker
+from tests.helpers.outbox import outbox_count, wait_empty, write_concurrently
+from tests.helpers.topics import create_topic, read_topic, values_per_key
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.db]
 

@@ -10,11 +10,11 @@ import pytest
 
 from pyharvest import Config, Limits
 from pyharvest.core.engine.harvest import HarvestEngine
-from pyharvest.core.ports.database import ChangeFeed
-from pyharvest.core.errors import ConfigError
 from pyharvest.core.engine.idle import IdleBackoff, Wakeup
-from tests.fakes import FakeBinding, FakeKafka
-from tests.waiting import wait_until
+from pyharvest.core.errors import ConfigError
+from pyharvest.core.ports.database import ChangeFeed
+from tests.helpers.fakes import FakeBinding, FakeKafka
+from tests.helpers.waiting import wait_until
 
 
 class Clock:

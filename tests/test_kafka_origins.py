@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from pyharvest import Config, Limits
+from pyharvest.core.config.kafka_origins import property_origin
 from pyharvest.core.engine.harvest import HarvestEngine
 from pyharvest.core.errors import ConfigError, KafkaPropertyError
-from pyharvest.core.config.kafka_origins import property_origin
-from tests.fakes import FakeBinding, FakeKafka
+from tests.helpers.fakes import FakeBinding, FakeKafka
 
 SECTIONS = (("x.producerKafkaConfig", {"acks": "lots"}), ("x.baseKafkaConfig", {"delivery.timeout.ms": -5, "acks": 1}))
 

@@ -10,25 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def sources(folder: str) -> list[Path]:
-    return sorted(p for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts)
-
-
-def imports(path: Path) -> set[str]:
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-    return found
-
-
-def offending(folder: str, rule) -> list[str]:
-    return [f"{p.relative_to(ROOT)}: {m}" for p in sources(folder) for m in sorted(imports(p)) if rule(p, m)]
+from tests.helpers.layering import ROOT, imports, offending, sources
 
 
 def test_core_imports_no_database_or_kafka_library() -> None:
@@ -168,3 +150,16 @@ def import_cycles() -> list[list[str]]:
 
 def test_no_import_cycles_between_modules() -> None:
     assert import_cycles() == []
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share lives in tests/helpers (or a conftest's fixtures), never in a test module."""
+    tests = ROOT / "tests"
+    found = [
+        f"{p.relative_to(ROOT)}: {m}"
+        for p in sorted(tests.rglob("*.py"))
+        if "__pycache__" not in p.parts and "helpers" not in p.relative_to(tests).parts[:1]
+        for m in sorted(imports(p))
+        if m.startswith("tests.") and not m.startswith("tests.helpers")
+    ]
+    assert found == []

@@ -7,7 +7,7 @@ import threading
 
 from pyharvest.core.outbox.records import OutboxRecord
 from pyharvest.core.transactions.window import Job, TransactionWindow, WindowState
-from tests.waiting import wait_until
+from tests.helpers.waiting import wait_until
 
 S = WindowState
 

@@ -15,11 +15,11 @@ import sqlalchemy as sa
 import yaml
 
 from pyharvest import OutboxRecord
-from pyharvest.errors import BindingError, InvalidRecordError
 from pyharvest.bindings.sql import check_table, create_binding, create_outbox_table
 from pyharvest.core.outbox.headers import decode_headers
+from pyharvest.errors import BindingError, InvalidRecordError
 from pyharvest.plugins.api import load_dialect, parse_table_name
-from tests.django.conftest import DjangoDatabase
+from tests.helpers.django import DjangoDatabase
 
 pytest.importorskip("django")
 
@@ -358,7 +358,7 @@ def python_blocks(path) -> list[str]:
 def test_the_code_of_docs_django_md_runs_as_written(django_db: DjangoDatabase) -> None:
     from django.db.migrations.state import ProjectState
 
-    from tests.django.conftest import EXAMPLE
+    from tests.helpers.django import EXAMPLE
 
     migrate("pyharvest")
     blocks = python_blocks(EXAMPLE.parent.parent / "django.md")

@@ -1,7 +1,7 @@
 """Runs one documentation page's Python blocks in order, in one namespace, as a reader pasting
 them into one interpreter would (top-level ``await`` allowed, as in ``python -m asyncio``).
 
-Run by ``tests/test_doc_snippets.py`` as ``python -u -m tests.doc_snippets_driver blocks.json``; the
+Run by ``tests/test_doc_snippets.py`` as ``python -u -m tests.helpers.doc_snippets_driver blocks.json``; the
 JSON lists ``{"path", "line", "code", "mode"}`` per block, mode ``run``, ``setup`` or
 ``until-stopped``. Progress goes to stdout as ``@@snippet <n> start|ok|stopped`` lines; a block
 that fails ends the run with its traceback, whose line numbers are the page's own.

@@ -1,7 +1,7 @@
 """A streaming driver run as its own process by test_streaming (so the test can SIGKILL it, or
 run two at once): Kafka topic → ExactlyOnceSink → a PostgreSQL table.
 
-Usage: python -m tests.spark.stream_driver BOOTSTRAP TOPIC URL TABLE CHECKPOINT_DIR SOURCE MODE
+Usage: python -m tests.helpers.spark_stream_driver BOOTSTRAP TOPIC URL TABLE CHECKPOINT_DIR SOURCE MODE
 SOURCE is ``kafka`` (Spark's connector) or ``pyharvest.kafka``. MODE is ``slow`` (small
 batches with a pause each, runs until killed) or ``drain`` (Trigger.AvailableNow: everything
 available, then exit).
@@ -16,8 +16,7 @@ import time
 def main(bootstrap: str, topic: str, url: str, table: str, checkpoint: str, source: str, mode: str) -> None:
     import os
 
-    from tests.spark.conftest import SPARK_ENV, spark_builder
-    from tests.spark.sources import kafka_stream
+    from tests.helpers.spark import SPARK_ENV, kafka_stream, spark_builder
 
     os.environ.update(SPARK_ENV)
     spark = spark_builder("pyharvest-stream-driver").getOrCreate()

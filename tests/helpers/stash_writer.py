@@ -1,6 +1,6 @@
 """A writer process for tests: stashes batches round-robin over its keys until told to stop.
 
-    python -m tests.stash_writer URL TABLE TOPIC OUT STOP
+    python -m tests.helpers.stash_writer URL TABLE TOPIC OUT STOP
 
 Each committed batch is appended to OUT as ``key value`` lines (so a test reads what was
 committed, in order, while the process runs); the process stops once the file STOP exists,
@@ -17,8 +17,8 @@ import time
 
 import sqlalchemy as sa
 
-from pyharvest.errors import OutboxTableChangedError
 from pyharvest.core.outbox.records import OutboxRecord
+from pyharvest.errors import OutboxTableChangedError
 from pyharvest.stasher import Stasher
 
 KEYS = 40

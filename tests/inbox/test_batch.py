@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
 from pyharvest.errors import HandlerError
-from tests.inbox.fakes import TOPIC, Stores, message, wire
+from tests.helpers.inbox.fakes import TOPIC, Stores, message, wire
 
 
 @pytest.fixture

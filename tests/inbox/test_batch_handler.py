@@ -10,7 +10,7 @@ from sqlalchemy.exc import DBAPIError
 
 from pyharvest.errors import HandlerError
 from pyharvest.inbox import InboxMessage
-from tests.inbox.fakes import TOPIC, Stores, message, wire
+from tests.helpers.inbox.fakes import TOPIC, Stores, message, wire
 
 
 @pytest.fixture

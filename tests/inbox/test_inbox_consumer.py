@@ -13,7 +13,7 @@ from pyharvest.bindings.kafka.inbox_consumer import ConfluentInboxConsumer, inbo
 from pyharvest.bindings.kafka.logs import librdkafka_logger
 from pyharvest.errors import InboxError
 from pyharvest.inbox import InboxMessage, delivery_id_for
-from tests.inbox.fakes import GROUP, TOPIC, FakeConfluentConsumer, kafka_error, kafka_message
+from tests.helpers.inbox.fakes import GROUP, TOPIC, FakeConfluentConsumer, kafka_error, kafka_message
 
 
 class Listener:

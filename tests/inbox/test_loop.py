@@ -12,8 +12,8 @@ from sqlalchemy.exc import DBAPIError
 
 from pyharvest.errors import HandlerError
 from pyharvest.inbox import Inbox, InboxConfig, InboxLimits
-from tests.inbox.fakes import GROUP, TOPIC, FakeConfluentConsumer, Stores, kafka_message, message, wire
-from tests.inbox.helpers import wait_for
+from tests.helpers.inbox.fakes import GROUP, TOPIC, FakeConfluentConsumer, Stores, kafka_message, message, wire
+from tests.helpers.waiting import wait_until
 
 
 @pytest.fixture
@@ -101,13 +101,13 @@ def test_the_inbox_runs_the_parts_without_a_broker(tmp_path, stores):
     SlowFake.instances.clear()
     inbox = Inbox(config(tmp_path), stores.record, engine=stores.engine, consumer_factory=SlowFake)
     with inbox:
-        wait_for(lambda: SlowFake.instances, 10, "the consumer")
+        wait_until(lambda: SlowFake.instances, 10, "the consumer")
         fake = SlowFake.instances[0]
         assert fake.conf["group.id"] == GROUP and fake.topics == [TOPIC]
         fake.rebalance("assign", [(TOPIC, 0)])
-        wait_for(lambda: inbox.stats.assigned == ((TOPIC, 0),), 10, "the assignment")
+        wait_until(lambda: inbox.stats.assigned == ((TOPIC, 0),), 10, "the assignment")
         fake.deliver(*(kafka_message(0, i, value=str(i).encode(), source=("o", i)) for i in range(5)))
-        wait_for(lambda: inbox.stats.applied == 5, 10, "five applied")
+        wait_until(lambda: inbox.stats.applied == 5, 10, "five applied")
         assert inbox.running
     assert not inbox.running and inbox.stats.assigned == ()
     assert fake.closed
@@ -123,7 +123,7 @@ def test_the_inbox_reports_what_stopped_it_through_join(tmp_path, stores):
 
     SlowFake.instances.clear()
     inbox = Inbox(config(tmp_path), failing, engine=stores.engine, consumer_factory=SlowFake).start()
-    wait_for(lambda: SlowFake.instances, 10, "the consumer")
+    wait_until(lambda: SlowFake.instances, 10, "the consumer")
     SlowFake.instances[0].rebalance("assign", [(TOPIC, 0)])
     SlowFake.instances[0].deliver(kafka_message(0, 0))
     with pytest.raises(HandlerError, match="ValueError: no"):

@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from pyharvest.bindings.sql.inbox.database import SqlInboxDatabase
-from tests.inbox.fakes import TOPIC, Stores, message, wire
+from tests.helpers.inbox.fakes import TOPIC, Stores, message, wire
 
 OUTAGE = OperationalError("SELECT 1", {}, Exception("server closed the connection"))
 

@@ -6,7 +6,7 @@ import pytest
 import sqlalchemy as sa
 
 from pyharvest.inbox import request_replay
-from tests.inbox.fakes import GROUP, TOPIC, Stores, message, wire
+from tests.helpers.inbox.fakes import GROUP, TOPIC, Stores, message, wire
 
 
 @pytest.fixture

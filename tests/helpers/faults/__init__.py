@@ -1,2 +1,2 @@
-"""Fault injection for tests: a loopback TCP proxy (:mod:`tests.faults.proxy`) and a
-broker that advertises it (:mod:`tests.faults.kafka`)."""
+"""Fault injection for tests: a loopback TCP proxy (:mod:`tests.helpers.faults.proxy`) and a
+broker that advertises it (:mod:`tests.helpers.faults.kafka`)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 
 from pyharvest.bindings.kafka.embedded import free_port
-from tests.fixtures.kafka import KAFKA_SCRIPT
+from tests.helpers.fixtures.kafka import KAFKA_SCRIPT
 
 __all__ = ["ApacheKafka"]
 
@@ -110,15 +110,13 @@ def _python() -> str:
 
 
 def _wait_gone(pid: int, timeout: float = 30.0) -> None:
-    import time
+    from tests.helpers.waiting import wait_until
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def gone() -> bool:
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except (FileNotFoundError, ProcessLookupError):
-            return
-        if state in ("Z", "X"):  # dead, not yet reaped by its parent
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"pid {pid} still there {timeout}s after SIGKILL")
+            return True
+        return state in ("Z", "X")  # dead, not yet reaped by its parent
+
+    wait_until(gone, timeout, f"pid {pid} to be gone after SIGKILL", interval=0.05)

@@ -1,4 +1,4 @@
-"""A Kafka broker behind a :class:`~tests.faults.proxy.FaultProxy`.
+"""A Kafka broker behind a :class:`~tests.helpers.faults.proxy.FaultProxy`.
 
 Kafka clients only use ``bootstrap.servers`` for their first connection: after that they
 connect wherever the cluster metadata says the brokers are. A proxy in front of a broker
@@ -7,7 +7,7 @@ broker listens on port X, advertises port Y, and the proxy forwards Y -> X:
 
     client --(Y)--> FaultProxy --(X)--> broker (advertises 127.0.0.1:Y)
 
-The broker is a private Apache Kafka (:class:`~tests.faults.apache.ApacheKafka`), or the
+The broker is a private Apache Kafka (:class:`~tests.helpers.faults.apache.ApacheKafka`), or the
 embedded one when the suite runs on it (``PYHARVEST_TEST_KAFKA=embedded``).
 
 >>> with proxied_broker() as (broker, proxy):
@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Protocol
 
 from pyharvest.bindings.kafka.embedded import EmbeddedBroker, free_port
-from tests.faults.apache import ApacheKafka
-from tests.faults.proxy import FaultProxy
-from tests.fixtures.kafka import on_embedded_broker
+from tests.helpers.faults.apache import ApacheKafka
+from tests.helpers.faults.proxy import FaultProxy
+from tests.helpers.fixtures.kafka import on_embedded_broker
 
 __all__ = ["AdvertisingBroker", "Broker", "broker_advertising", "proxied_broker"]
 

@@ -9,7 +9,6 @@ import sqlalchemy as sa
 from confluent_kafka import Producer
 
 from pyharvest.inbox import OUTBOX_HEADER, RECORD_ID_HEADER, InboxConfig, InboxLimits, InboxMessage
-from tests.waiting import wait_until as wait_for  # noqa: F401 - (cond, timeout, what): the shared helper
 
 Msg = tuple[str | None, bytes | None, list[tuple[str, bytes]]]
 
