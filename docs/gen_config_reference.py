@@ -1,7 +1,7 @@
 """Generate the configuration reference from the config classes, so it cannot drift.
 
 Keys, Python attributes, types and defaults come from the dataclasses themselves
-(:class:`~pyharvest.core.config.settings.Config`, ``Limits``, ``LoggingConfig`` and the ``metrics:``
+(:class:`~pyharvest.Config`, ``Limits``, ``LoggingConfig`` and the ``metrics:``
 section's ``OpsConfig``); the environment variable of each key from
 :mod:`pyharvest.envconfig`'s naming. Descriptions come from the tables of
 ``docs/configuration.md`` (``harvest:`` and ``limits:``), from ``OpsConfig``'s docstring
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib
 import re
 import typing
 from collections.abc import Callable, Iterator
@@ -162,7 +163,10 @@ def _rows() -> Iterator[tuple[str, str, list[Row]]]:
     resolved = Config(name="x", leader_group_id="x").resolve()
     keys = list(Config().to_mapping(mask_secrets=False))
     attr_of = {key: f.name for key, f in zip(keys, dataclasses.fields(Config), strict=True)}
-    hints = typing.get_type_hints(Config)
+    # The names the annotations use are those of the module the classes are written in (their
+    # __module__ is their public path, whose namespace need not hold them all).
+    written_in = vars(importlib.import_module("pyharvest.core.config.settings"))
+    hints = typing.get_type_hints(Config, written_in)
     rows: list[Row] = []
     for key in keys:
         attr = attr_of[key]
@@ -180,7 +184,7 @@ def _rows() -> Iterator[tuple[str, str, list[Row]]]:
 
     # harvest.limits:
     limits = Limits().resolve()
-    lim_hints = typing.get_type_hints(Limits)
+    lim_hints = typing.get_type_hints(Limits, written_in)
     durations = {f.name for f in dataclasses.fields(Limits) if lim_hints[f.name] == (float | None)}
     lim_keys = list(limits.to_mapping())
     rows = []
@@ -208,7 +212,7 @@ def _rows() -> Iterator[tuple[str, str, list[Row]]]:
             describe("logging", f.name, [LOGGING_DESCRIPTIONS.get]), _env_name(("logging", f.name)))
         for f in dataclasses.fields(LoggingConfig)
     ]
-    yield "logging", "The `logging:` section: `pyharvest.core.config.settings.LoggingConfig`.", rows
+    yield "logging", "The `logging:` section: `pyharvest.envconfig.LoggingConfig`.", rows
 
     # metrics:
     ops_defaults = OpsConfig()

@@ -16,18 +16,16 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
 
 from pyharvest.core.config.settings import Config
 from pyharvest.core.delivery.dispatch import Dispatcher
 from pyharvest.core.delivery.gate import KeyGate
+from pyharvest.core.delivery.mode import ModeContext
 from pyharvest.core.delivery.processor import DeliveryProcessor, Flight
 from pyharvest.core.delivery.sender import Sender
-from pyharvest.core.delivery.shared_producer import ShardKafkaClients, SharedProducer
+from pyharvest.core.delivery.shared_producer import ShardKafkaClients
 from pyharvest.core.ports.database import DatabaseBinding
 from pyharvest.core.ports.kafka import KafkaClients
-from pyharvest.core.telemetry.events import Event
-from pyharvest.core.telemetry.metrics import HarvestMetrics
 
 __all__ = ["MAX_POISON_BACKOFF", "AtLeastOnce"]
 
@@ -40,35 +38,26 @@ class AtLeastOnce:
     ``shared_producer`` (a sharded process) the sender produces through the process's one
     producer until a fatal error makes it replace it with its own."""
 
-    def __init__(
-        self,
-        config: Config,
-        kafka: KafkaClients,
-        metrics: HarvestMetrics,
-        *,
-        shard: int | None,
-        emit: Callable[[Event], None],
-        deadline: Callable[[], float | None],
-        shared_producer: SharedProducer | None = None,
-    ) -> None:
+    def __init__(self, context: ModeContext) -> None:
+        config, kafka, shared = context.config, context.kafka, context.shared_producer
         limits = config.limits
         max_in_flight, mark_size = limits.max_in_flight_records, limits.mark_query_records
         assert max_in_flight is not None and mark_size is not None  # resolve() fills in every default
         mark_size = min(mark_size, max_in_flight)
         reports: deque[Flight] = deque()
-        clients = kafka if shared_producer is None else ShardKafkaClients(kafka, shared_producer)
-        self._sender = Sender(config, clients, metrics, reports.append)
+        clients = kafka if shared is None else ShardKafkaClients(kafka, shared)
+        self._sender = Sender(config, clients, context.metrics, reports.append)
         #: What the main loop hands marked records to: the gate under the dispatcher's lock.
         self.window = Dispatcher(KeyGate(max_in_flight), self._sender.send, queue_timeout=limits.queue_timeout or 0.0)
         self._delivery = DeliveryProcessor(
             reports,
             config,
-            metrics,
+            context.metrics,
             coalesce_target=max(1, min(2 * mark_size, max_in_flight // 2)),
-            emit=emit,
+            emit=context.emit,
             raise_remark=self.window.raise_remark,
             release=self.window.release,
-            deadline=deadline,
+            deadline=context.deadline,
         )
         self._backoff = limits.io_error_backoff or 0.01
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from pyharvest.core.config.settings import Config
@@ -26,7 +27,24 @@ from pyharvest.core.ports.kafka import KafkaClients
 from pyharvest.core.telemetry.events import Event
 from pyharvest.core.telemetry.metrics import HarvestMetrics
 
-__all__ = ["DeliveryMode", "DeliveryModeType", "Window"]
+__all__ = ["DeliveryMode", "DeliveryModeType", "ModeContext", "Window"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModeContext:
+    """What an engine gives the delivery mode it builds."""
+
+    config: Config
+    kafka: KafkaClients
+    metrics: HarvestMetrics
+    #: The engine's shard, when the outbox is sharded.
+    shard: int | None
+    #: How the mode reports events (the engine's event handler).
+    emit: Callable[[Event], None]
+    #: Past it, settling gives up (the shutdown deadline; None while running).
+    deadline: Callable[[], float | None]
+    #: The one data producer a sharded process's shards share, if any.
+    shared_producer: SharedProducer | None = None
 
 
 class Window(Protocol):
@@ -124,17 +142,7 @@ class DeliveryMode(Protocol):
 class DeliveryModeType(Protocol):
     """A delivery mode's class: how the engine builds one, and what it checks once per process."""
 
-    def __call__(
-        self,
-        config: Config,
-        kafka: KafkaClients,
-        metrics: HarvestMetrics,
-        *,
-        shard: int | None,
-        emit: Callable[[Event], None],
-        deadline: Callable[[], float | None],
-        shared_producer: SharedProducer | None = None,
-    ) -> DeliveryMode: ...
+    def __call__(self, context: ModeContext) -> DeliveryMode: ...
 
     def check(self, kafka: KafkaClients, config: Config) -> None:
         """Refuse to start where the mode cannot work; run once per process, before any

@@ -42,6 +42,7 @@ import uuid
 from collections.abc import Callable
 
 from pyharvest.core.config.settings import Config, mask_data_source, mask_kafka_config
+from pyharvest.core.delivery.mode import ModeContext
 from pyharvest.core.delivery.shared_producer import SharedProducer
 from pyharvest.core.election.neli import Leadership, LeaderStatus, Neli, group_settings
 from pyharvest.core.engine.idle import IdleBackoff, Wakeup
@@ -102,13 +103,15 @@ class HarvestEngine(Lifecycle):
         #: How records reach Kafka (``config.delivery``); its window takes what the main loop marks.
         self._mode_type = delivery_mode(self.config)
         self._mode = self._mode_type(
-            self.config,
-            kafka,
-            self.metrics,
-            shard=shard,
-            emit=self._emit,
-            deadline=lambda: self._shutdown_deadline,
-            shared_producer=shared_producer,
+            ModeContext(
+                self.config,
+                kafka,
+                self.metrics,
+                shard=shard,
+                emit=self._emit,
+                deadline=lambda: self._shutdown_deadline,
+                shared_producer=shared_producer,
+            )
         )
         self._window = self._mode.window
         self._neli: Leadership | None = None

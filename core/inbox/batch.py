@@ -37,17 +37,7 @@ from pyharvest.core.inbox.errors import HandlerError, first_line
 from pyharvest.core.inbox.letters import DEAD, PARKED, describe_error, key_hash
 from pyharvest.core.inbox.message import InboxMessage, Source
 from pyharvest.core.inbox.partitions import Partitions
-from pyharvest.core.inbox.ports import (
-    BatchHandler,
-    CheckpointStore,
-    DeadLetterStore,
-    DedupeStore,
-    Handler,
-    InboxConsumer,
-    InboxDatabase,
-    TopicPartition,
-    Transaction,
-)
+from pyharvest.core.inbox.ports import BatchHandler, Handler, InboxPorts, TopicPartition, Transaction
 from pyharvest.core.inbox.stats import Counters
 
 __all__ = ["Batch", "BatchFailedError", "Batches", "HandlerFailedError"]
@@ -97,15 +87,11 @@ class Batches:
 
     def __init__(
         self,
-        database: InboxDatabase,
+        ports: InboxPorts,
         handler: Handler | None,
         *,
         batch_handler: BatchHandler | None = None,
         partitions: Partitions,
-        checkpoints: CheckpointStore,
-        dedupe: DedupeStore,
-        dead_letters: DeadLetterStore,
-        consumer: InboxConsumer,
         counters: Counters,
         error_policy: str,
         dedupe_window: int,
@@ -124,14 +110,14 @@ class Batches:
         self._whole_failed = False
         if (handler is None) == (batch_handler is None):
             raise ValueError("give either a handler or a batch handler")
-        self._db = database
+        self._db = ports.database
         self._handler = handler
         self._batch_handler = batch_handler
         self._partitions = partitions
-        self._checkpoints = checkpoints
-        self._dedupe = dedupe
-        self._dead_letters = dead_letters
-        self._consumer = consumer
+        self._checkpoints = ports.checkpoints
+        self._dedupe = ports.dedupe
+        self._dead_letters = ports.dead_letters
+        self._consumer = ports.consumer
         self._counters = counters
         self._stop_on_error = error_policy == "stop"
         self._dedupe_window = dedupe_window

@@ -18,31 +18,12 @@ from dataclasses import dataclass
 from pyharvest.core.inbox.batch import Batches
 from pyharvest.core.inbox.loop import ConsumeLoop
 from pyharvest.core.inbox.partitions import Partitions
-from pyharvest.core.inbox.ports import (
-    BatchHandler,
-    CheckpointStore,
-    DeadLetterStore,
-    DedupeStore,
-    Handler,
-    InboxConsumer,
-    InboxDatabase,
-)
+from pyharvest.core.inbox.ports import BatchHandler, Handler, InboxPorts
 from pyharvest.core.inbox.recovery import Recovery
 from pyharvest.core.inbox.replay import Replayer
 from pyharvest.core.inbox.stats import Counters, InboxStats
 
-__all__ = ["InboxEngine", "InboxPorts", "InboxSettings"]
-
-
-@dataclass(frozen=True, slots=True)
-class InboxPorts:
-    """What the engine reaches the world through."""
-
-    database: InboxDatabase
-    checkpoints: CheckpointStore
-    dedupe: DedupeStore
-    dead_letters: DeadLetterStore
-    consumer: InboxConsumer
+__all__ = ["InboxEngine", "InboxSettings"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,29 +61,23 @@ class InboxEngine:
         stop: threading.Event | None = None,
     ) -> None:
         s = settings
-        db = ports.database
         self.ports = ports
         self.counters = Counters()
         #: Set to stop :meth:`run`; the open batch then commits.
         self.stop = stop or threading.Event()
-        self.partitions = Partitions(db, ports.checkpoints, ports.dead_letters, stop=self.stop, backoff=s.backoff)
+        self.partitions = Partitions(ports, stop=self.stop, backoff=s.backoff)
         self.batches = Batches(
-            db,
+            ports,
             handler,
             batch_handler=batch_handler,
             partitions=self.partitions,
-            checkpoints=ports.checkpoints,
-            dedupe=ports.dedupe,
-            dead_letters=ports.dead_letters,
-            consumer=ports.consumer,
             counters=self.counters,
             error_policy=s.error_policy,
             dedupe_window=s.dedupe_window,
             prune_every=s.prune_every,
         )
         self.recovery = Recovery(
-            db,
-            ports.checkpoints,
+            ports,
             partitions=self.partitions,
             batches=self.batches,
             counters=self.counters,
@@ -110,21 +85,17 @@ class InboxEngine:
             backoff=s.backoff,
         )
         self.replayer = Replayer(
-            db,
+            ports,
             handler,
             batch_handler=batch_handler,
             partitions=self.partitions,
-            checkpoints=ports.checkpoints,
-            dedupe=ports.dedupe,
-            dead_letters=ports.dead_letters,
             drop=self.batches.drop,
             counters=self.counters,
             stop=self.stop,
             interval=s.replay_interval,
         )
         self.loop = ConsumeLoop(
-            ports.consumer,
-            db,
+            ports,
             partitions=self.partitions,
             batches=self.batches,
             recovery=self.recovery,

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 from pyharvest.core.inbox.batch import Batches
 from pyharvest.core.inbox.partitions import Partitions
-from pyharvest.core.inbox.ports import InboxConsumer, InboxDatabase, TopicPartition
+from pyharvest.core.inbox.ports import InboxPorts, TopicPartition
 from pyharvest.core.inbox.recovery import Recovery
 from pyharvest.core.inbox.replay import Replayer
 
@@ -34,8 +34,7 @@ class ConsumeLoop:
 
     def __init__(
         self,
-        consumer: InboxConsumer,
-        database: InboxDatabase,
+        ports: InboxPorts,
         *,
         partitions: Partitions,
         batches: Batches,
@@ -45,8 +44,8 @@ class ConsumeLoop:
         max_duration: float,
         poll: float,
     ) -> None:
-        self._consumer = consumer
-        self._db = database
+        self._consumer = ports.consumer
+        self._db = ports.database
         self._partitions = partitions
         self._batches = batches
         self._recovery = recovery

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pyharvest.core.inbox.errors import first_line
-from pyharvest.core.inbox.ports import CheckpointStore, DeadLetterStore, InboxDatabase, TopicPartition
+from pyharvest.core.inbox.ports import InboxPorts, TopicPartition
 
 __all__ = ["Owned", "Partitions"]
 
@@ -39,17 +39,15 @@ class Partitions:
 
     def __init__(
         self,
-        database: InboxDatabase,
-        checkpoints: CheckpointStore,
-        dead_letters: DeadLetterStore,
+        ports: InboxPorts,
         *,
         stop: threading.Event,
         backoff: float,
     ) -> None:
         self.owned: dict[TopicPartition, Owned] = {}
-        self._db = database
-        self._checkpoints = checkpoints
-        self._dead_letters = dead_letters
+        self._db = ports.database
+        self._checkpoints = ports.checkpoints
+        self._dead_letters = ports.dead_letters
         self._stop = stop
         self._backoff = backoff
 

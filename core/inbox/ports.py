@@ -35,6 +35,7 @@ __all__ = [
     "Handler",
     "InboxConsumer",
     "InboxDatabase",
+    "InboxPorts",
     "RebalanceListener",
     "Savepoint",
     "TopicPartition",
@@ -220,3 +221,14 @@ class DeadLetterStore(Protocol):
     def fail_again(self, tx: Any, letter: DeadLetter, error: str, others: list[int]) -> None:
         """Make ``letter`` the key's dead letter with ``error``; clear the request on it and ``others``."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class InboxPorts:
+    """Everything the engine reaches the world through, together."""
+
+    database: InboxDatabase
+    checkpoints: CheckpointStore
+    dedupe: DedupeStore
+    dead_letters: DeadLetterStore
+    consumer: InboxConsumer

@@ -19,7 +19,7 @@ import threading
 from pyharvest.core.inbox.batch import Batches
 from pyharvest.core.inbox.errors import first_line
 from pyharvest.core.inbox.partitions import Partitions
-from pyharvest.core.inbox.ports import CheckpointStore, InboxDatabase, TopicPartition
+from pyharvest.core.inbox.ports import InboxPorts, TopicPartition
 from pyharvest.core.inbox.stats import Counters
 
 __all__ = ["Recovery"]
@@ -30,8 +30,7 @@ log = logging.getLogger("pyharvest.inbox")
 class Recovery:
     def __init__(
         self,
-        database: InboxDatabase,
-        checkpoints: CheckpointStore,
+        ports: InboxPorts,
         *,
         partitions: Partitions,
         batches: Batches,
@@ -39,8 +38,8 @@ class Recovery:
         stop: threading.Event,
         backoff: float,
     ) -> None:
-        self._db = database
-        self._checkpoints = checkpoints
+        self._db = ports.database
+        self._checkpoints = ports.checkpoints
         self._partitions = partitions
         self._batches = batches
         self._counters = counters

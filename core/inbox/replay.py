@@ -28,15 +28,7 @@ from pyharvest.core.inbox.errors import first_line
 from pyharvest.core.inbox.letters import DeadLetter, describe_error
 from pyharvest.core.inbox.message import InboxMessage
 from pyharvest.core.inbox.partitions import Partitions
-from pyharvest.core.inbox.ports import (
-    BatchHandler,
-    CheckpointStore,
-    DeadLetterStore,
-    DedupeStore,
-    Handler,
-    InboxDatabase,
-    TopicPartition,
-)
+from pyharvest.core.inbox.ports import BatchHandler, Handler, InboxPorts, TopicPartition
 from pyharvest.core.inbox.stats import Counters
 
 __all__ = ["Replayer"]
@@ -54,26 +46,23 @@ class Replayer:
 
     def __init__(
         self,
-        database: InboxDatabase,
+        ports: InboxPorts,
         handler: Handler | None,
         *,
         batch_handler: BatchHandler | None = None,
         partitions: Partitions,
-        checkpoints: CheckpointStore,
-        dedupe: DedupeStore,
-        dead_letters: DeadLetterStore,
         drop: Callable[[Iterable[TopicPartition], str], None],
         counters: Counters,
         stop: threading.Event,
         interval: float,
     ) -> None:
-        self._db = database
+        self._db = ports.database
         self._handler = handler
         self._batch_handler = batch_handler
         self._partitions = partitions
-        self._checkpoints = checkpoints
-        self._dedupe = dedupe
-        self._dead_letters = dead_letters
+        self._checkpoints = ports.checkpoints
+        self._dedupe = ports.dedupe
+        self._dead_letters = ports.dead_letters
         self._drop = drop
         self._counters = counters
         self._stop = stop

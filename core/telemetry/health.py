@@ -26,6 +26,10 @@ PING_TIMEOUT = 2.0
 
 @dataclass(frozen=True, slots=True)
 class Health:
+    """What a readiness probe reads of a harvester (``harvest.health()``): whether it runs and
+    leads, and whether the broker and the database answer (None where it cannot tell).
+    :attr:`ready` is the probe's answer."""
+
     running: bool
     leader: bool
     broker_connected: bool | None

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
 from pyharvest.core.config.settings import Config
-from pyharvest.core.delivery.shared_producer import SharedProducer
+from pyharvest.core.delivery.mode import ModeContext
 from pyharvest.core.ports.database import DatabaseBinding
 from pyharvest.core.ports.kafka import KafkaClients
-from pyharvest.core.telemetry.events import Event
-from pyharvest.core.telemetry.metrics import HarvestMetrics
 from pyharvest.core.transactions.progress import check_transactions
 from pyharvest.core.transactions.publisher import TransactionalPublisher
 from pyharvest.core.transactions.window import TransactionWindow
@@ -28,27 +25,24 @@ class ExactlyOnce:
     """A :class:`~pyharvest.core.transactions.window.TransactionWindow` and the
     :class:`~pyharvest.core.transactions.publisher.TransactionalPublisher` that serves it.
 
-    Each shard has a transactional producer of its own (``shared_producer`` is not used): a
-    transaction belongs to one producer, and a shard's new leader must fence its old one alone.
+    Each shard has a transactional producer of its own (the context's ``shared_producer`` is
+    not used): a transaction belongs to one producer, and a shard's new leader must fence its
+    old one alone.
     """
 
-    def __init__(
-        self,
-        config: Config,
-        kafka: KafkaClients,
-        metrics: HarvestMetrics,
-        *,
-        shard: int | None,
-        emit: Callable[[Event], None],
-        deadline: Callable[[], float | None],
-        shared_producer: SharedProducer | None = None,
-    ) -> None:
-        limits = config.limits
+    def __init__(self, context: ModeContext) -> None:
+        config, limits = context.config, context.config.limits
         assert limits.max_in_flight_records is not None  # resolve() fills in every default
         #: What the main loop hands marked records to.
         self.window = TransactionWindow(limits.max_in_flight_records)
         self._publisher = TransactionalPublisher(
-            self.window, config, kafka, metrics, shard=shard or 0, emit=emit, deadline=deadline
+            self.window,
+            config,
+            context.kafka,
+            context.metrics,
+            shard=context.shard or 0,
+            emit=context.emit,
+            deadline=context.deadline,
         )
         self._heartbeat_timeout = limits.heartbeat_timeout or 1.0
 

@@ -45,10 +45,10 @@ from pyharvest.bindings.sql.inbox.database import SqlInboxDatabase
 from pyharvest.bindings.sql.inbox.deadletters import DeadLetters
 from pyharvest.bindings.sql.inbox.dedupe import Dedupe
 from pyharvest.bindings.sql.inbox.tables import InboxTables
-from pyharvest.core.inbox.engine import InboxEngine, InboxPorts, InboxSettings
+from pyharvest.core.inbox.engine import InboxEngine, InboxSettings
 from pyharvest.core.inbox.errors import HandlerError, first_line
 from pyharvest.core.inbox.message import InboxMessage
-from pyharvest.core.inbox.ports import InboxConsumer
+from pyharvest.core.inbox.ports import InboxConsumer, InboxPorts
 from pyharvest.core.inbox.stats import InboxStats
 from pyharvest.inbox.config import InboxConfig
 

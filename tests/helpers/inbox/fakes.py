@@ -15,8 +15,8 @@ from pyharvest.bindings.sql.inbox.checkpoints import Checkpoints
 from pyharvest.bindings.sql.inbox.database import SqlInboxDatabase
 from pyharvest.bindings.sql.inbox.deadletters import DeadLetters
 from pyharvest.bindings.sql.inbox.dedupe import Dedupe
-from pyharvest.core.inbox.engine import InboxEngine, InboxPorts, InboxSettings
-from pyharvest.core.inbox.ports import RebalanceListener
+from pyharvest.core.inbox.engine import InboxEngine, InboxSettings
+from pyharvest.core.inbox.ports import InboxPorts, RebalanceListener
 from pyharvest.inbox import OUTBOX_HEADER, RECORD_ID_HEADER, InboxMessage, InboxTables, delivery_id_for, source_identity
 
 GROUP = "unit-group"
