@@ -23,12 +23,12 @@ def test_a_term_takes_over_before_anything_is_marked_or_published():
     w.lead()
     assert w.state is S.TAKING_OVER and not w.may_mark(0)
     w.dispatch(records("a"))
-    assert w.in_flight == 0  # refused: the takeover comes first
+    assert w.in_flight == 1  # held: the takeover comes first
     assert w.next_job(done) is Job.TAKE_OVER
     w.fenced()
     w.taken_over()
     assert w.state is S.PUBLISHING and w.may_mark(0)
-    w.dispatch(records("a", "b"))
+    w.dispatch(records("b"))
     batch = w.next_job(done)
     assert isinstance(batch, list) and [r.key for r in batch] == ["a", "b"] and w.in_flight == 2
     w.ended([1, 2])

@@ -169,8 +169,11 @@ class TransactionWindow:
             return not self._state.takeover_due
 
     def dispatch(self, records: Sequence[OutboxRecord]) -> None:
+        """Queue marked records for the next transaction; none while not leading or a remark
+        is due. Records queued while a takeover runs go out once it is done."""
         with self._cond:
-            if self._state is not WindowState.PUBLISHING:
+            state = self._state
+            if not state.leading or state.remark_due:
                 return
             self._queue.extend(records)
             self._cond.notify_all()
