@@ -11,6 +11,16 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from pyspark import cloudpickle
+
+import tests
+
+# Spark's Python workers run outside the checkout (tox runs the suite from a directory of its
+# own, on the installed wheel), where `tests` cannot be imported: the functions the tests hand
+# to Spark travel by value, as a script's own functions do, and pyharvest's by reference. Here,
+# so that the suite (through its conftest) and the stream driver it starts both register it.
+cloudpickle.register_pickle_by_value(tests)
+
 SPARK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
 
 
