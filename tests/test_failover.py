@@ -4,7 +4,6 @@ mid-stream; the survivors finish the job with nothing lost and per-key order hel
 from __future__ import annotations
 
 import signal
-import subprocess
 import threading
 import time
 import uuid
@@ -16,7 +15,7 @@ import yaml
 from pyharvest import OutboxRecord, stasher
 from pyharvest.bindings.sql import create_outbox_table
 from tests.helpers.outbox import collapse_one_off_duplicates, wait_empty
-from tests.helpers.reapers import Reaper
+from tests.helpers.reapers import Reaper, stop_all
 from tests.helpers.topics import create_topic, read_topic, values_per_key
 from tests.helpers.waiting import wait_until
 
@@ -97,15 +96,7 @@ def test_leader_stopped_then_killed_mid_stream(
     finally:
         stop_writing.set()
         writing.join()
-        for r in reapers:
-            if r.proc.poll() is None:
-                r.signal(signal.SIGTERM)
-        for r in reapers:
-            try:
-                r.wait(30)
-            except subprocess.TimeoutExpired:
-                r.proc.kill()
-                r.wait(5)
+        stop_all(reapers)
         engine.dispose()
 
     total = sum(sequence.values())

@@ -24,7 +24,7 @@ from pyharvest.bindings.sql import create_outbox_table
 from tests.helpers.faults.kafka import proxied_broker
 from tests.helpers.fixtures.kafka import on_embedded_broker
 from tests.helpers.outbox import Writer, outbox_count
-from tests.helpers.reapers import Reaper
+from tests.helpers.reapers import Reaper, stop_all
 from tests.helpers.topics import create_topic
 from tests.helpers.waiting import wait_until
 
@@ -84,15 +84,7 @@ def _soak(dialect: str, url: str, table: str, topic: str, tmp_path, seconds: flo
             wait_until(lambda: outbox_count(url, table) == 0, 120, "the survivors to drain the outbox")
         finally:
             writer._stop.set()
-            for r in reapers:
-                if r.proc.poll() is None:
-                    r.signal(signal.SIGTERM)
-            for r in reapers:
-                try:
-                    r.wait(30)
-                except Exception:  # noqa: BLE001
-                    r.proc.kill()
-                    r.wait(5)
+            stop_all(reapers)
         report, _hidden = read_back(bootstrap, topic, writer.expected, timeout=90, nudge_missing=on_embedded_broker())
         print(f"soak: actions {actions}")
         print(f"soak: {len(writer.expected)} records, {report.duplicate_count} duplicates")
