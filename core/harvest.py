@@ -175,6 +175,10 @@ class HarvestEngine(Lifecycle):
         stop); exporters use its optional extras (``count()`` for the backlog gauge)."""
         return self._binding
 
+    def refresh_health(self) -> None:
+        """Ping the database now, in the background (the operations server's timer)."""
+        self._database_probe.ping_now(self._binding)
+
     @property
     def backlog_in_memory(self) -> int:
         """Marked records waiting behind an in-flight record of the same key."""
@@ -324,6 +328,7 @@ class HarvestEngine(Lifecycle):
             records = self._binding.mark(leader_id, min(self._mark_size, free))
         except Exception as e:  # noqa: BLE001 - the mark may have committed: remark
             self.metrics.mark_errors += 1
+            self._database_probe.note_failure(e)  # a missing table: not ready at once
             self._mark_failing = True
             self._repeats.log(
                 logging.WARNING,

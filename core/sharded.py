@@ -87,6 +87,11 @@ class ShardedHarvestEngine(Lifecycle):
             database_error=next((h.database_error for h in healths if h.database_error), None),
         )
 
+    def refresh_health(self) -> None:
+        """Ping the database now through each shard's engine (the operations server's timer)."""
+        for engine in self.engines.values():
+            engine.refresh_health()
+
     def _open(self) -> None:
         cfg = self.config
         log.info(

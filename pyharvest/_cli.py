@@ -43,17 +43,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         return error_exit("the following arguments are required: -f/--file (e.g. reaper -f reaper.yaml)", EXIT_USAGE)
     try:
         # reaper.yaml, then PYHARVEST_<SECTION>__<KEY> overrides
-        return run_harvest(load_reaper_config(args.file), print_config=args.print_config)
+        return run_harvest(load_reaper_config(args.file), print_config=args.print_config, config_file=args.file)
     except TableNotFoundError as e:
         # The command that creates it from the same file runs as printed, password and all.
         raise e.with_command(f"`reaper init-db -f {shlex.quote(args.file)}`") from None
 
 
-def run_harvest(cfg: ReaperConfig, *, print_config: bool = False) -> int:
+def run_harvest(cfg: ReaperConfig, *, print_config: bool = False, config_file: str | None = None) -> int:
     """Run the harvester of ``cfg`` until SIGINT or SIGTERM, as ``reaper -f`` does: logging
-    set up from its ``logging:`` section, ``/metrics`` and probes from ``metrics:``, a graceful
-    stop on the first signal. ``print_config`` prints the effective configuration (secrets
-    masked) instead. Shared by ``reaper`` and Django's ``manage.py reaper``."""
+    set up from its ``logging:`` section, the status page, ``/metrics`` and probes from
+    ``metrics:``, a graceful stop on the first signal. ``print_config`` prints the effective
+    configuration (secrets masked) instead; ``config_file``, the file it came from, is what the
+    status page's ``reaper quarantine`` commands name. Shared by ``reaper`` and Django's
+    ``manage.py reaper``."""
+    import shlex
+
     from pyharvest._harvest import Harvest
     from pyharvest.bindings.ops import start_ops_server
     from pyharvest.bindings.ops.config import OpsConfig
@@ -93,7 +97,9 @@ def run_harvest(cfg: ReaperConfig, *, print_config: bool = False) -> int:
         harvest.stop()
 
     # Before start(): probes answer while the harvester connects (not ready until it runs).
-    ops = start_ops_server(harvest, ops_cfg)
+    ops = start_ops_server(
+        harvest, ops_cfg, command_target=f"-f {shlex.quote(config_file)}" if config_file else None
+    )
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         log.info("reaper starting with %s", harvest_cfg)
