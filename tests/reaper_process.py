@@ -1,8 +1,8 @@
 """A ``reaper`` process for tests that watch it from outside (a browser, Prometheus): started
 from a configuration mapping, its operations server found from its log, stopped by signal.
 
-It runs with the test's temporary folder as its working directory, so that the installed
-package is imported, not the checkout's sources.
+Started as ``benchmarks.children`` starts children: the installed package is imported, not
+the checkout's sources.
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from benchmarks.children import python_module
 
 __all__ = ["ReaperProcess"]
 
@@ -30,7 +31,7 @@ class ReaperProcess:
         self.log_path = folder / f"{name}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pyharvest", "-f", str(self.config_path)],
+            python_module("pyharvest", "-f", str(self.config_path)),
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=folder,
         )
 
