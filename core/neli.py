@@ -43,6 +43,7 @@ from pyharvest.core.group_protocol import (
     GroupSessions,
     choose_session,
     leader_client_configs,
+    session_setting_note,
     shard_client_configs,
 )
 from pyharvest.core.heartbeats import Heartbeats
@@ -258,6 +259,8 @@ class ShardGroup:
             )
         if self.group_protocol == CONSUMER:
             self._configure_consumer_group()
+        elif note := session_setting_note(cfg, self._heartbeat_timeout):
+            log.warning("%s", note)
         # Under the classic protocol one shard keeps the eager assignor every single-leader reaper
         # has used, so that old and new members can share a group through a rolling upgrade (a
         # group refuses a member whose assignment protocol differs); with one partition there is
