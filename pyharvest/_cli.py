@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from pyharvest._commands.exits import EXIT_OK, EXIT_USAGE, error_exit
-from pyharvest._version import __version__
 from pyharvest._commands.files import add_file_argument
 from pyharvest._commands.process import run_command, setup_logging
+from pyharvest._version import __version__
 from pyharvest.core.config import POISON_POLICIES, mask_data_source, resolve_section, section_errors
 
 if TYPE_CHECKING:
@@ -87,29 +84,14 @@ def run_harvest(cfg: ReaperConfig, *, print_config: bool = False, config_file: s
     for override in env_overrides():
         log.info("%s set from %s: %r", override.key, override.variable, override.masked_value())
     harvest = Harvest(harvest_cfg)
-    stop_requested = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        if stop_requested.is_set():
-            log.warning("second %s: still stopping, waiting for in-flight records", signal.Signals(signum).name)
-            return
-        stop_requested.set()
-        log.info("%s received: stopping", signal.Signals(signum).name)
-        harvest.stop()
-
     # Before start(): probes answer while the harvester connects (not ready until it runs).
     ops = start_ops_server(
         harvest, ops_cfg, command_target=f"-f {shlex.quote(config_file)}" if config_file else None
     )
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         log.info("reaper starting with %s", harvest_cfg)
-        harvest.start()
-        while not harvest.join(0.5):
-            pass
+        harvest.run()  # a graceful stop on the first SIGINT or SIGTERM
     finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
         if ops is not None:
             ops.stop()
     return EXIT_OK

@@ -14,9 +14,9 @@ A page controls its blocks with HTML comments, invisible once rendered:
 ``<!-- snippet: check ... -->``
     hidden Python that checks what a block did, run at that point of the page.
 ``<!-- snippet: runs-until-stopped ready="TEXT" -->`` before a block
-    a block that runs until interrupted (``harvest.join()``): it must print TEXT (or, without
-    ``ready``, keep running for a few seconds), then stop cleanly on SIGINT (Ctrl-C) and let
-    the page go on.
+    a block that runs until interrupted (``harvest.run()``, ``harvest.join()``): it must print
+    TEXT (or, without ``ready``, keep running for a few seconds), then stop cleanly on SIGINT
+    (Ctrl-C: a ``KeyboardInterrupt``, or its own handler's graceful return) and let the page go on.
 ``<!-- snippet: skip REASON -->`` before a block
     a block that cannot run here; the reason says where the same code is proven instead.
 ``<!-- snippet: requires MODULE -->`` before a block (and its setup)
@@ -227,10 +227,13 @@ def test_page_snippets_run(page: Path, pages_bootstrap: str, tmp_path: Path) -> 
             break
         if line:
             output.append(line)
-            progress = re.match(r"@@snippet (\d+) (start|stopped)", line)
+            progress = re.match(r"@@snippet (\d+) (start|stopped|returned)", line)
             if progress and progress[2] == "start":
                 current, started, interrupted_at = blocks[int(progress[1])], time.monotonic(), None
-            elif progress:  # stopped as asked: the page goes on
+            elif progress and progress[2] == "returned" and interrupted_at is None:
+                assert current is not None
+                fail(f"{current.path}:{current.line}: returned before it was stopped")
+            elif progress:  # stopped as asked (by KeyboardInterrupt, or by its own handler): the page goes on
                 current, interrupted_at = None, None
         if current is not None and current.mode == "until-stopped" and interrupted_at is None:
             since_start = "".join(output[-200:]).rsplit("@@snippet", 1)[-1]
