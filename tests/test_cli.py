@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import os
 import subprocess
 import sys
@@ -431,3 +432,16 @@ def test_the_library_suggests_init_db_with_the_data_source(tmp_path):
     assert f"--data-source '{url}'" in command
     created = installed_reaper(*shlex.split(command)[1:])
     assert created.returncode == 0, created.stderr
+
+
+def test_no_help_shows_restructuredtext_markup():
+    from pyharvest._cli import build_parser
+
+    parser = build_parser()
+    [sub] = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
+    for name, command in sub.choices.items():
+        text = command.format_help()
+        assert "``" not in text and not re.search(r":(class|func|mod|meth|attr):`", text), (name, text)
+    broker = sub.choices["broker"].format_help()
+    assert "\"pip install 'pyharvest[embedded]'\"" in " ".join(broker.split())
+    assert "the tests run on Apache Kafka" in " ".join(broker.split())

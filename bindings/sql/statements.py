@@ -100,4 +100,7 @@ def _compile(statement: sa.Executable, dialect: sa.Dialect) -> str:
         return str(int(bind.value)) if isinstance(bind.value, int) else repr(bind.value)
 
     text = re.sub(r"__\[POSTCOMPILE_(\w+)\]", expand, str(compiled))
+    if dialect.paramstyle in ("format", "pyformat"):
+        # The driver's escape of a literal % (a modulo), not SQL: a DBA reads or runs the SQL itself.
+        text = text.replace("%%", "%")
     return re.sub(r"[ \t]*\n[ \t]*", "\n", text).strip()
