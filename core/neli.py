@@ -240,13 +240,14 @@ class ShardGroup:
             return 0.0
         return max(0.0, self._last_poll + self.min_poll_interval - self._clock())
 
-    def start(self) -> None:
+    def topic_problem(self) -> str | None:
+        """Why the leader topic (created if missing) does not fit ``shards``; None if it does."""
         cfg = self._kafka_config
         self._clients.ensure_topic(cfg, self.leader_topic, partitions=self.shards)
         counted = getattr(self._clients, "topic_partitions", None)
         found = counted(cfg, self.leader_topic) if counted is not None else self.shards
         if found != self.shards:
-            raise TopicError(
+            return (
                 f"leader topic {self.leader_topic!r} has {found} partition(s) but shards is {self.shards}: "
                 f"each shard is one partition. Stop every reaper of group {self.group_id!r}, then name a new "
                 f"leaderTopic (created with {self.shards} partitions)"
@@ -257,6 +258,12 @@ class ShardGroup:
                 )
                 + "; see 'Changing the number of shards' in the docs"
             )
+        return None
+
+    def start(self) -> None:
+        cfg = self._kafka_config
+        if problem := self.topic_problem():
+            raise TopicError(problem)
         if self.group_protocol == CONSUMER:
             self._configure_consumer_group()
         elif note := session_setting_note(cfg, self._heartbeat_timeout):

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from pyharvest.core.binding import ShardableBinding
 from pyharvest.core.config import Config, mask_data_source, mask_kafka_config
-from pyharvest.core.errors import HarvestError
+from pyharvest.core.errors import BindingError, HarvestError
 from pyharvest.core.harvest import HarvestEngine
 from pyharvest.core.health import Health
 from pyharvest.core.kafka import KafkaClients
@@ -104,13 +104,20 @@ class ShardedHarvestEngine(Lifecycle):
         )
         source = self._binding_source
         self._binding = source if isinstance(source, ShardableBinding) else source()
-        self._binding.for_shard(cfg.shards, 0).dispose()  # refuses a table that cannot be sharded
-        if cfg.delivery == "exactly-once":
-            check_transactions(self._kafka, cfg)
-        self._producer = SharedProducer(self._kafka, producer_config(cfg))
         self._group = ShardGroup(
             self._kafka, shards=cfg.shards, on_assigned=self._ensure_engine, **group_settings(cfg)
         )
+        try:
+            self._binding.for_shard(cfg.shards, 0).dispose()  # refuses a table that cannot be sharded
+        except BindingError as e:
+            # A change of shards usually needs the table and the leader topic both changed: say both.
+            topic = self._group.topic_problem()
+            if topic is None:
+                raise
+            raise BindingError(f"two things keep shards: {cfg.shards} from starting: 1) {e}; 2) {topic}") from e
+        if cfg.delivery == "exactly-once":
+            check_transactions(self._kafka, cfg)
+        self._producer = SharedProducer(self._kafka, producer_config(cfg))
         self._group.start()
 
     def _launch(self) -> None:

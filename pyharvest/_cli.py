@@ -40,8 +40,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         # Checked here, not by argparse: an unknown flag ('reaper --frobnicate') is named first.
         return error_exit("the following arguments are required: -f/--file (e.g. reaper -f reaper.yaml)", EXIT_USAGE)
     try:
-        # reaper.yaml, then PYHARVEST_<SECTION>__<KEY> overrides
-        return run_harvest(load_reaper_config(args.file), print_config=args.print_config, config_file=args.file)
+        # reaper.yaml, then PYHARVEST_<SECTION>__<KEY> overrides, then the flags
+        cfg = load_reaper_config(args.file)
+        if args.shards is not None:
+            cfg.harvest.shards = args.shards
+        return run_harvest(cfg, print_config=args.print_config, config_file=args.file)
     except TableNotFoundError as e:
         # The command that creates it from the same file runs as printed, password and all.
         raise e.with_command(f"`reaper init-db -f {shlex.quote(args.file)}`") from None
@@ -73,8 +76,13 @@ def run_harvest(cfg: ReaperConfig, *, print_config: bool = False, config_file: s
     if print_config:
         import yaml
 
+        from pyharvest.bindings.sql.connect import resolve
+
+        harvest_printed = harvest_cfg.to_mapping(mask_secrets=True)
+        if harvest_printed.get("binding") is None:  # the effective one: the dialect the data source chose
+            harvest_printed["binding"] = resolve(harvest_cfg.data_source, None)[1].name
         printed: dict[str, object] = {
-            "harvest": harvest_cfg.to_mapping(mask_secrets=True),
+            "harvest": harvest_printed,
             "logging": {"level": cfg.logging.level, "json": cfg.logging.json},
         }
         if ops_cfg is not None:
@@ -189,6 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("-f", "--file", help="configuration file (goharvest's reaper.yaml format); required")
     run.add_argument("--print-config", action="store_true", help="print the effective config (secrets masked) and exit")
+    run.add_argument(
+        "--shards", type=_positive, default=None,
+        help="harvest in this many shards (overrides harvest.shards; the table and the leader topic must be made "
+        "for it: reaper init-db --shards N)",
+    )
     run.set_defaults(func=cmd_run)
 
     init = sub.add_parser(
