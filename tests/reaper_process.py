@@ -31,7 +31,7 @@ class ReaperProcess:
         self.log_path = folder / f"{name}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            python_module("pyharvest", "-f", str(self.config_path)),
+            python_module("pyharvest", "-f", self.config_path.name),  # as an operator types it, in its folder
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=folder,
         )
 

@@ -11,6 +11,8 @@ import shutil
 import threading
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -84,7 +86,7 @@ def test_the_page_loads_nothing_from_elsewhere():
         ops.stop()
     # No script, stylesheet, image or font from anywhere: the page works offline.
     assert not re.search(r"<script|<link|<img|<iframe|@import|url\(", page, re.IGNORECASE)
-    assert re.findall(r'(?:src|href)="([^"]*)"', page) == ["/status", "/metrics", "/healthz", "/readyz", "/status"]
+    assert re.findall(r'(?:src|href)="([^"]*)"', page) == ["/metrics", "/healthz", "/readyz", "/status"]
     assert 'xmlns="http://www.w3.org/2000/svg"' in page  # a namespace name, not a fetch
 
 
@@ -178,26 +180,23 @@ def test_the_page_in_headless_chromium_beside_a_running_reaper(tmp_path, kafka_b
             stop_writing.wait(0.02)
 
     writer = threading.Thread(target=write, daemon=True)
-    with ReaperProcess(config, tmp_path) as reaper:
+    with ReaperProcess(config, tmp_path) as reaper, _stopping(stop_writing, writer):
         base = reaper.ops_url()
         writer.start()
-        try:
-            def report() -> dict:
-                return json.loads(fetch(base + "/status")[2])
 
-            wait_until(lambda: report()["shards"][0]["role"] == "leader", 60, "the reaper to lead")
-            wait_until(lambda: [q["key"] for q in report()["quarantined"] or []] == ["poison-key"], 60,
-                       "the poison record's key to be quarantined")
-            wait_until(lambda: sum(1 for s in report()["history"] if s["published_per_second"] > 0) >= 3, 60,
-                       "three samples of a publish rate")
-            wait_until(lambda: any(s["latency_p99_seconds"] for s in report()["history"]), 60,
-                       "a sample of the publish latency")
-            if os.environ.get("PYHARVEST_STATUS_SCREENSHOT"):
-                stop_writing.wait(float(os.environ.get("PYHARVEST_STATUS_SECONDS", "40")))  # a longer history
-        finally:
-            stop_writing.set()
-            writer.join(10)
-        with chromium(height=1500) as browser:
+        def report() -> dict:
+            return json.loads(fetch(base + "/status")[2])
+
+        wait_until(lambda: report()["shards"][0]["role"] == "leader", 60, "the reaper to lead")
+        wait_until(lambda: [q["key"] for q in report()["quarantined"] or []] == ["poison-key"], 60,
+                   "the poison record's key to be quarantined")
+        wait_until(lambda: sum(1 for s in report()["history"] if s["published_per_second"] > 0) >= 3, 60,
+                   "three samples of a publish rate")
+        wait_until(lambda: any(s["latency_p99_seconds"] for s in report()["history"]), 60,
+                   "a sample of the publish latency")
+        if os.environ.get("PYHARVEST_STATUS_SCREENSHOT"):
+            stop_writing.wait(float(os.environ.get("PYHARVEST_STATUS_SECONDS", "40")))  # a longer history
+        with chromium(height=1150) as browser:
             browser.get(base + "/")
             assert browser.title.startswith("pyharvest")
             shards = browser.find_element("id", "shards").text
@@ -212,7 +211,7 @@ def test_the_page_in_headless_chromium_beside_a_running_reaper(tmp_path, kafka_b
             assert all(p.is_displayed() for p in rate_points)
             quarantine = browser.find_element("id", "quarantine").text
             assert "poison-key" in quarantine and "MSG_SIZE_TOO_LARGE" in quarantine
-            command = f"reaper quarantine replay -f {reaper.config_path} --key poison-key"
+            command = "reaper quarantine replay -f reaper.yaml --key poison-key"
             assert command in quarantine, quarantine
             shot = tmp_path / "status-page.png"
             assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
@@ -220,5 +219,17 @@ def test_the_page_in_headless_chromium_beside_a_running_reaper(tmp_path, kafka_b
             target = os.environ.get("PYHARVEST_STATUS_SCREENSHOT")
             if target:
                 shutil.copyfile(shot, Path(target))
+        stop_writing.set()
         assert reaper.stop() == 0
     engine.dispose()
+
+
+@contextmanager
+def _stopping(stop: threading.Event, thread: threading.Thread) -> Iterator[None]:
+    """Stop the writer thread however the block ends."""
+    try:
+        yield
+    finally:
+        stop.set()
+        if thread.is_alive():
+            thread.join(10)

@@ -25,7 +25,8 @@ th{background:#eef1f6}.ready{color:#176b2c}.down{color:#a4161a}.muted{color:#6b7
 code{background:#eef1f6;padding:.1em .3em;border-radius:.2em;font-size:.92em;white-space:nowrap}
 .charts{display:flex;flex-wrap:wrap;gap:1em}.chart{background:#fff;border:1px solid #d8dde6;padding:.4em}
 .chart h3{font-size:.95em;margin:0 0 .2em}svg text{font-size:10px;fill:#6b7280}
-td.error{max-width:28em;word-break:break-word;font-size:.9em}
+td.error{min-width:16em;max-width:36em;font-size:.9em}tr.commands td{border-top:none;padding-bottom:.5em}
+.command{margin:.15em 0}
 """
 
 _WIDTH, _HEIGHT, _PAD = 420, 150, 34
@@ -161,24 +162,27 @@ def render_status_page(status: dict[str, Any]) -> str:
         out.append(f'<p id="quarantine-empty">none{note}</p>')
     else:
         out.append('<table id="quarantine">')
-        out.append(_row("key", "topic", "record", "attempts", "since", "error", "release it", header=True))
+        out.append(_row("key", "topic", "record", "attempts", "since", "error", header=True))
         for q in quarantined:
             since = (
                 datetime.fromisoformat(q["quarantine_time"]).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
                 if q["quarantine_time"] else "?"
             )
-            commands = "<br>".join(
-                f"{action}: <code>{escape(line)}</code>" for action, line in q["commands"].items()
-            )
             out.append(_row(
                 f"<code>{escape(q['key'])}</code>", escape(q["topic"]), str(q["record_id"]), str(q["attempts"]),
-                since, escape(q["error"]), commands, classes=("", "", "", "", "", "error", ""),
+                since, escape(q["error"]), classes=("", "", "", "", "", "error"),
             ))
+            commands = "".join(
+                f'<div class="command">{action} once fixed: <code>{escape(line)}</code></div>' if action == "replay"
+                else f'<div class="command">or {action} its poison record: <code>{escape(line)}</code></div>'
+                for action, line in q["commands"].items()
+            )
+            out.append(f'<tr class="commands"><td colspan="6">{commands}</td></tr>')
         out.append("</table>")
 
     out.append(
         '<p class="muted">'
-        + " · ".join(f'<a href="{e}">{e}</a>' for e in status["endpoints"] if e != "/")
+        + " · ".join(f'<a href="{e}">{e}</a>' for e in status["endpoints"] if e not in ("/", "/status"))
         + " · JSON: <code>Accept: application/json</code> or <a href=\"/status\">/status</a></p></body></html>"
     )
     return "\n".join(out)
