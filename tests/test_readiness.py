@@ -92,7 +92,7 @@ def test_a_missing_table_met_by_the_mark_makes_the_process_not_ready_at_once():
             started = time.monotonic()
             wait_until(lambda: readyz(ops.url)[0] == 503, 10, "readiness to report the missing table")
             took = time.monotonic() - started
-            status, body = readyz(ops.url)
+            _, body = readyz(ops.url)
             assert body["down"] == ["database"] and "does not exist" in body["errors"]["database"], body
             assert "reaper init-db" in body["errors"]["database"]
             print(f"not ready {took:.2f}s after the table went (the ping still running)")

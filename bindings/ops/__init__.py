@@ -16,9 +16,7 @@ from pyharvest.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyharvest.bindings.ops.collector import BacklogCounter, HarvestCollector
-    from pyharvest.bindings.ops.latency import publish_latency
     from pyharvest.bindings.ops.server import OpsServer
-    from pyharvest.bindings.ops.watch import OutboxWatch, harvest_engines
     from pyharvest.bindings.ops.shard_collector import ShardBacklog
     from pyharvest.core.harvest import HarvestEngine
     from pyharvest.core.sharded import ShardedHarvestEngine

@@ -85,7 +85,9 @@ class OpsConfig:
                     raise ConfigError("", str(e)) from None
                 if seconds <= 0:
                     example = "30s" if key == "backlogInterval" else "5s"
-                    raise ConfigError(where, f"must be a positive duration like '{example}' (or omitted), got {value!r}")
+                    raise ConfigError(
+                        where, f"must be a positive duration like '{example}' (or omitted), got {value!r}"
+                    )
                 if key == "backlogInterval":
                     backlog = seconds
                 else:

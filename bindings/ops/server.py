@@ -154,7 +154,9 @@ def _prefers_json(accept: str) -> bool:
     """Whether an ``Accept`` header asks for JSON rather than HTML (a browser's lists both,
     HTML first; ``curl -H 'Accept: application/json'`` lists only JSON)."""
     kinds = [part.split(";")[0].strip().lower() for part in accept.split(",")]
-    return "application/json" in kinds and ("text/html" not in kinds or kinds.index("application/json") < kinds.index("text/html"))
+    if "application/json" not in kinds:
+        return False
+    return "text/html" not in kinds or kinds.index("application/json") < kinds.index("text/html")
 
 
 # A client that closed its connection before (or while) its answer was written.

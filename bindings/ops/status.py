@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyharvest.bindings.ops.watch import harvest_engines
 from pyharvest.core.config import mask_data_source
+from pyharvest.core.sharded import ShardedHarvestEngine
 
 if TYPE_CHECKING:
     from pyharvest.bindings.ops.server import OpsServer
@@ -57,9 +58,9 @@ def status_report(ops: OpsServer) -> dict[str, Any]:
     harvest, watch, backlog = ops.harvest, ops.watch, ops.backlog
     cfg = harvest.config
     ready, health = health_report(harvest)
-    engines = getattr(harvest, "engines", None)
     shards: list[dict[str, Any]] = []
-    if isinstance(engines, dict):  # sharded
+    if isinstance(harvest, ShardedHarvestEngine):
+        engines = harvest.engines
         counts = getattr(backlog, "values", {}) if backlog is not None else {}
         for shard in range(cfg.shards):
             engine = engines.get(shard)

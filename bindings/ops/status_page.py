@@ -50,7 +50,10 @@ def _number(value: float) -> str:
     return f"{value:.2g}" if value < 1 else f"{value:.1f}"
 
 
-def _chart(title: str, unit: str, times: Sequence[float], series: Sequence[tuple[str, str, Sequence[float | None]]]) -> str:
+Series = Sequence[tuple[str, str, Sequence[float | None]]]
+
+
+def _chart(title: str, unit: str, times: Sequence[float], series: Series) -> str:
     """A line chart: ``series`` of (name, colour, values at ``times``); a gap where a value is None."""
     values = [v for _, _, vs in series for v in vs if v is not None]
     head = f'<div class="chart"><h3>{escape(title)}</h3>'
@@ -134,14 +137,16 @@ def render_status_page(status: dict[str, Any]) -> str:
     out += [
         "<h2>Backlog and lag</h2><table id=\"lag\">",
         _row("backlog", backlog_text),
-        _row("oldest record's age (lag)", f'<span id="lag-seconds">{_duration(status["oldest_record_age_seconds"])}</span>'),
+        _row("oldest record's age (lag)",
+             f'<span id="lag-seconds">{_duration(status["oldest_record_age_seconds"])}</span>'),
         _row("records published", str(status["records_published_total"])),
         "</table>",
     ]
 
     history = status["history"]
     times = [h["time"] for h in history]
-    out.append(f'<h2>The last {_duration(times[-1] - times[0]) if len(times) > 1 else "minutes"}</h2><div class="charts">')
+    span = _duration(times[-1] - times[0]) if len(times) > 1 else "minutes"
+    out.append(f'<h2>The last {span}</h2><div class="charts">')
     out.append(_chart("publish rate", "records/s", times,
                       [("published", "#2563eb", [h["published_per_second"] for h in history])]))
     out.append(_chart("publish latency (create_time to ack)", "s", times, [

@@ -226,7 +226,8 @@ class SqlBinding:
         """The ``create_time`` of the row with the smallest id (through the primary key's
         index, not a scan); None when the outbox is empty."""
         with self.engine.connect() as conn:
-            return conn.execute(self._oldest).scalar()  # type: ignore[no-any-return]
+            oldest: datetime | None = conn.execute(self._oldest).scalar()
+            return oldest
 
     def ping(self) -> None:
         """``SELECT 1``, then a look at the outbox table that reads no row: raises if the
