@@ -29,8 +29,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from pyharvest.bindings.ops.probes import health_report, liveness_report
 from pyharvest.core.errors import HarvestError
-from pyharvest.core.harvest import State
 from pyharvest.core.health import PING_INTERVAL
 
 if TYPE_CHECKING:
@@ -42,44 +42,9 @@ if TYPE_CHECKING:
     from pyharvest.core.harvest import HarvestEngine
     from pyharvest.core.sharded import ShardedHarvestEngine
 
-__all__ = ["OpsServer", "health_report", "liveness_report"]
+__all__ = ["OpsServer", "health_report", "liveness_report"]  # the reports re-exported from .probes
 
 log = logging.getLogger("pyharvest.ops")
-
-
-def liveness_report(harvest: HarvestEngine | ShardedHarvestEngine) -> tuple[bool, dict[str, Any]]:
-    """``(alive, body)`` for ``/healthz``: alive until the harvester has stopped."""
-    state = harvest.state
-    alive = state is not State.STOPPED
-    return alive, {"status": "alive" if alive else "stopped", "state": state.value}
-
-
-def health_report(harvest: HarvestEngine | ShardedHarvestEngine) -> tuple[bool, dict[str, Any]]:
-    """``(ready, body)`` for ``/readyz``; ``body["down"]`` lists what is not up."""
-    health = harvest.health()
-    down = []
-    if not health.running:
-        down.append("harvester")
-    if health.broker_connected is False:
-        down.append("broker")
-    if health.database_connected is False:
-        down.append("database")
-    body: dict[str, Any] = {
-        "status": "ready" if health.ready else "not ready",
-        "state": harvest.state.value,
-        "role": "leader" if health.leader else "standby",
-        "running": health.running,
-        "broker_connected": health.broker_connected,
-        "database_connected": health.database_connected,
-        # PostgreSQL's LISTEN connection; None where the binding polls only. While it is down
-        # the harvester polls, so it does not make the process unready.
-        "change_feed_connected": health.change_feed_connected,
-    }
-    if down:
-        body["down"] = down
-    if health.database_connected is False and health.database_error:
-        body["errors"] = {"database": health.database_error}
-    return health.ready, body
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -13,14 +13,28 @@ import shlex
 import socket
 import time
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from pyharvest.bindings.ops.probes import health_report
 from pyharvest.bindings.ops.watch import harvest_engines
 from pyharvest.core.config import mask_data_source
 from pyharvest.core.sharded import ShardedHarvestEngine
 
 if TYPE_CHECKING:
-    from pyharvest.bindings.ops.server import OpsServer
+    from pyharvest.bindings.ops.collector import BacklogCounter
+    from pyharvest.bindings.ops.shard_collector import ShardBacklog
+    from pyharvest.bindings.ops.watch import OutboxWatch
+    from pyharvest.core.harvest import HarvestEngine
+
+
+class Served(Protocol):
+    """What the status page reads of the server (:class:`~pyharvest.bindings.ops.server.OpsServer`)."""
+
+    harvest: HarvestEngine | ShardedHarvestEngine
+    backlog: BacklogCounter | ShardBacklog | None
+    watch: OutboxWatch | None
+    command_target: str | None
+    started_at: float
 
 __all__ = ["ENDPOINTS", "quarantine_commands", "status_report"]
 
@@ -51,10 +65,8 @@ def default_command_target(config: Any) -> str:
     )
 
 
-def status_report(ops: OpsServer) -> dict[str, Any]:
+def status_report(ops: Served) -> dict[str, Any]:
     """The status of the process ``ops`` serves, as the page and its JSON show it."""
-    from pyharvest.bindings.ops.server import health_report
-
     harvest, watch, backlog = ops.harvest, ops.watch, ops.backlog
     cfg = harvest.config
     ready, health = health_report(harvest)
