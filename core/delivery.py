@@ -29,6 +29,7 @@ from pyharvest.core.latency import observe_publish_latency
 from pyharvest.core.logs import log
 from pyharvest.core.metrics import HarvestMetrics, Meter
 from pyharvest.core.records import OutboxRecord
+from pyharvest.core.spans import BatchSpans
 
 __all__ = ["COALESCE_SECONDS", "DeliveryProcessor", "Flight"]
 
@@ -71,8 +72,10 @@ class DeliveryProcessor:
         raise_remark: Callable[[], None],
         release: Callable[[list[str]], None],
         deadline: Callable[[], float | None],
+        spans: BatchSpans | None = None,
     ) -> None:
         self._config = config
+        self._spans = spans or BatchSpans(config.outbox_table)
         self._metrics = metrics
         self._meter = Meter("throughput", config.limits.min_metrics_interval)  # type: ignore[arg-type]
         self._coalesce_target = coalesce_target
@@ -173,7 +176,8 @@ class DeliveryProcessor:
     def _purge(self, binding: DatabaseBinding, acked: list[int]) -> None:
         metrics = self._metrics
         started = time.monotonic()
-        purged = self._with_retry("purge", binding.purge, acked)
+        with self._spans.purge(len(acked)):
+            purged = self._with_retry("purge", binding.purge, acked)
         metrics.observe(metrics.purge_seconds, time.monotonic() - started)
         if purged is not None:
             metrics.purge_statements += 1

@@ -63,6 +63,7 @@ from pyharvest.core.neli import Leadership, LeaderStatus, Neli, group_settings
 from pyharvest.core.progress import check_transactions
 from pyharvest.core.repeats import CollapsingLogger
 from pyharvest.core.sender import Sender
+from pyharvest.core.spans import BatchSpans
 from pyharvest.core.transactions import TransactionalPublisher
 
 __all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "HarvestEngine", "Health", "State"]
@@ -108,8 +109,9 @@ class HarvestEngine(Lifecycle):
         self._shutdown_deadline: float | None = None
 
         self.metrics = HarvestMetrics()
+        self._spans = spans = BatchSpans(self.config.outbox_table, shard, self.config.delivery)
         reports: deque[Flight] = deque()
-        self._sender = Sender(self.config, kafka, self.metrics, reports.append)
+        self._sender = Sender(self.config, kafka, self.metrics, reports.append, spans)
         #: ``delivery: exactly-once``: publishes in Kafka transactions, in the dispatcher's place.
         self._publisher: TransactionalPublisher | None = None
         self._dispatch: Dispatcher | TransactionalPublisher
@@ -122,6 +124,7 @@ class HarvestEngine(Lifecycle):
                 shard=shard or 0,
                 emit=self._emit,
                 deadline=lambda: self._shutdown_deadline,
+                spans=spans,
             )
         else:
             self._dispatch = dispatcher = Dispatcher(KeyGate(max_in_flight), self._sender.send)
@@ -135,6 +138,7 @@ class HarvestEngine(Lifecycle):
             # Unused exactly once: the publisher settles its own transactions.
             release=dispatcher.release if dispatcher is not None else lambda _keys: None,
             deadline=lambda: self._shutdown_deadline,
+            spans=spans,
         )
         self._neli: Leadership | None = None
         self._main_thread: threading.Thread | None = None
@@ -325,7 +329,9 @@ class HarvestEngine(Lifecycle):
         self._wakeup.clear()
         started = time.monotonic()
         try:
-            records = self._binding.mark(leader_id, min(self._mark_size, free))
+            with self._spans.mark() as span:
+                records = self._binding.mark(leader_id, min(self._mark_size, free))
+                span.count(len(records))
         except Exception as e:  # noqa: BLE001 - the mark may have committed: remark
             self.metrics.mark_errors += 1
             self._database_probe.note_failure(e)  # a missing table: not ready at once

@@ -61,6 +61,7 @@ from pyharvest.core.progress import (
     transactional_config,
 )
 from pyharvest.core.records import OutboxRecord
+from pyharvest.core.spans import BatchSpans
 from pyharvest.core.transaction_window import TransactionWindow
 
 __all__ = ["TransactionalPublisher"]
@@ -86,8 +87,10 @@ class TransactionalPublisher(TransactionWindow):
         shard: int,
         emit: Callable[[Event], None],
         deadline: Callable[[], float | None],
+        spans: BatchSpans | None = None,
     ) -> None:
         self._config = config
+        self._spans = spans or BatchSpans(config.outbox_table, shard, config.delivery)
         self._kafka = transactional_clients(kafka)
         self._metrics = metrics
         self._shard = shard
@@ -214,6 +217,10 @@ class TransactionalPublisher(TransactionWindow):
     def _transact(self, binding: DatabaseBinding, batch: list[OutboxRecord]) -> None:
         """Publish ``batch`` and its progress record in one transaction; purge the previous
         transaction's rows while the records are on their way, and before the commit (rule 2)."""
+        with self._spans.publish(batch):  # one span from the transaction's begin to its commit
+            self._transact_batch(binding, batch)
+
+    def _transact_batch(self, binding: DatabaseBinding, batch: list[OutboxRecord]) -> None:
         producer = self._producer
         assert producer is not None
         failures: list[tuple[OutboxRecord, DeliveryError]] = []
@@ -383,15 +390,16 @@ class TransactionalPublisher(TransactionWindow):
         deadline; return whether they went."""
         metrics = self._metrics
         started = time.monotonic()
-        purged = settle(
-            f"purge of {what}",
-            binding.purge,
-            ids,
-            metrics=metrics,
-            pause=self._pause,
-            may_retry=self._may_retry,
-            giving_up="the next takeover purges them",
-        )
+        with self._spans.purge(len(ids)):
+            purged = settle(
+                f"purge of {what}",
+                binding.purge,
+                ids,
+                metrics=metrics,
+                pause=self._pause,
+                may_retry=self._may_retry,
+                giving_up="the next takeover purges them",
+            )
         if purged is None:
             return False
         metrics.observe(metrics.purge_seconds, time.monotonic() - started)

@@ -78,6 +78,9 @@ class Harvest:
         on_event: EventHandler | None = None,
     ) -> None:
         resolved = config.resolve()
+        from pyharvest.bindings.ops.tracing import install as install_tracing
+
+        install_tracing()  # per-batch spans, recorded once OpenTelemetry has a tracer provider
         source = _sql_binding(resolved) if binding is None else binding
         clients = _confluent() if kafka is None else kafka
         self.runner: HarvestEngine | ShardedHarvestEngine
