@@ -89,6 +89,10 @@ def test_counters_move_during_a_harvest_and_gauges_follow_in_flight_records():
             "pyharvest_purge_duration_seconds_count"
         ]
         assert h.metrics.mark_seconds == [] and h.metrics.purge_seconds == []
+        # Publish latency: one observation per acknowledged record, create_time to the ack.
+        assert after["pyharvest_publish_latency_seconds_count"] == 300
+        assert 0 < after["pyharvest_publish_latency_seconds_sum"] < 300 * 60
+        assert after['pyharvest_publish_latency_seconds_bucket{le="600.0"}'] == 300
         # Counts do not go backwards on a later scrape (the histograms keep what they drained).
         again = scrape(ops)
         assert again["pyharvest_purge_duration_seconds_count"] == after["pyharvest_purge_duration_seconds_count"]
@@ -428,3 +432,43 @@ def test_the_kubernetes_example_is_consistent():
     assert reaper["readinessProbe"]["httpGet"]["path"] == "/readyz"
     grace = by_kind["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace > cfg.harvest.resolve().limits.shutdown_timeout
+
+
+def test_exactly_once_observes_the_publish_latency_at_each_commit():
+    from tests.fakes import FakeTransactionalKafka
+    from tests.test_transactions import make as exactly_once
+
+    db, kafka = FakeBinding(), FakeTransactionalKafka()
+    fill(db, 120, 12)
+    h = exactly_once(db, kafka)
+    ops = start_ops_server(h, LOCAL)
+    try:
+        with h:
+            wait_until(lambda: len(db) == 0, 20)
+            wait_until(lambda: scrape(ops).get("pyharvest_publish_latency_seconds_count") == 120, 10)
+        m = scrape(ops)
+        assert m["pyharvest_transactions_committed_total"] >= 1
+        assert m["pyharvest_transaction_duration_seconds_count"] == m["pyharvest_transactions_committed_total"]
+    finally:
+        ops.stop()
+
+
+def test_an_age_reading_that_fails_leaves_the_gauge_out_until_one_works(caplog):
+    class Flaky(FakeBinding):
+        failing = True
+
+        def oldest_create_time(self):
+            if Flaky.failing:
+                raise ConnectionError("the database went away")
+            return None
+
+    h = make(Flaky(), FakeKafka())
+    ops = start_ops_server(h, {**LOCAL, "ageInterval": "20ms"})
+    try:
+        with h:
+            wait_until(lambda: "reading the outbox's oldest_create_time failed" in caplog.text, 5)
+            assert "pyharvest_oldest_record_age_seconds" not in scrape(ops)
+            Flaky.failing = False
+            wait_until(lambda: scrape(ops).get("pyharvest_oldest_record_age_seconds") == 0, 5)  # empty: 0
+    finally:
+        ops.stop()
