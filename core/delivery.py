@@ -25,7 +25,6 @@ from pyharvest.core.config import Config
 from pyharvest.core.events import Event, MeterRead
 from pyharvest.core.failures import FailedAttempts, before, settle
 from pyharvest.core.kafka import DeliveryError, Producer
-from pyharvest.core.latency import observe_publish_latency
 from pyharvest.core.logs import log
 from pyharvest.core.metrics import HarvestMetrics, Meter
 from pyharvest.core.records import OutboxRecord
@@ -140,7 +139,7 @@ class DeliveryProcessor:
             self._raise_remark()
             to_reset, to_quarantine = self._triage(failed, binding)
         if acked:
-            observe_publish_latency(self._metrics, (f.record for f in batch if f.error is None))
+            self._metrics.publish_latency.observe(f.record for f in batch if f.error is None)
             self._purge(binding, acked)
         if to_quarantine:
             assert isinstance(binding, QuarantineBinding)

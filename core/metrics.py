@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyharvest.core.events import MeterStats
+from pyharvest.core.latency import PublishLatency
 
 __all__ = ["HarvestMetrics", "Meter"]
 
@@ -64,8 +65,8 @@ class HarvestMetrics:
     purge_seconds: list[float] = field(default_factory=list)
     transaction_seconds: list[float] = field(default_factory=list)
     #: Each published record's ``create_time`` to its acknowledgement (exactly once: to its
-    #: transaction's commit): :mod:`pyharvest.core.latency`.
-    publish_latency_seconds: list[float] = field(default_factory=list)
+    #: transaction's commit), every record counted.
+    publish_latency: PublishLatency = field(default_factory=PublishLatency)
 
     def observe(self, bucket: list[float], seconds: float) -> None:
         # A bounded reservoir: exporters drain it; without an exporter it stays small.
@@ -73,8 +74,8 @@ class HarvestMetrics:
             bucket.append(seconds)
 
     def drain(self, name: str) -> list[float]:
-        """Take the observations of ``mark_seconds``, ``purge_seconds``, ``transaction_seconds``
-        or ``publish_latency_seconds`` gathered so far."""
+        """Take the observations of ``mark_seconds``, ``purge_seconds`` or ``transaction_seconds``
+        gathered so far."""
         bucket: list[float] = getattr(self, name)
         taken = bucket[:]
         del bucket[: len(taken)]

@@ -50,7 +50,6 @@ from pyharvest.core.kafka import (
     TransactionalProducer,
     TransactionError,
 )
-from pyharvest.core.latency import observe_publish_latency
 from pyharvest.core.logs import log, one_line
 from pyharvest.core.metrics import HarvestMetrics
 from pyharvest.core.progress import (
@@ -257,7 +256,7 @@ class TransactionalPublisher(TransactionWindow):
         metrics.transactions_committed += 1
         metrics.records_published += len(batch)
         metrics.observe(metrics.transaction_seconds, time.monotonic() - started)
-        observe_publish_latency(metrics, batch)
+        metrics.publish_latency.observe(batch)
         self._failures.settled(ids)
         self.poison_streak = 0
         with self._cond:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
-from pyharvest.bindings.ops.latency import HISTOGRAMS, LATENCY_BUCKETS, histograms_of
+from pyharvest.bindings.ops.latency import HISTOGRAMS, LATENCY_BUCKETS, PUBLISH_LATENCY, histograms_of, publish_buckets
 from pyharvest.bindings.ops.watch import outbox_binding
 
 if TYPE_CHECKING:
@@ -210,9 +210,11 @@ class HarvestCollector(Collector):
         shared = self._histograms
         with shared.lock:
             shared.drain(h)
-            for suffix, attr, doc, _ in HISTOGRAMS:
+            for suffix, attr, doc in HISTOGRAMS:
                 hist = shared.by_attr[attr]
                 yield HistogramMetricFamily(f"{ns}_{suffix}", doc, buckets=hist.buckets(), sum_value=hist.sum)
+        buckets, total = publish_buckets(h)
+        yield HistogramMetricFamily(f"{ns}_{PUBLISH_LATENCY[0]}", PUBLISH_LATENCY[1], buckets=buckets, sum_value=total)
         yield from watch_gauges(ns, self._watch)
 
         backlog = self._backlog

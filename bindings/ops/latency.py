@@ -1,8 +1,11 @@
-"""Cumulative latency histograms fed from the engine's reservoirs, shared by every reader.
+"""Cumulative latency histograms, shared by every reader.
 
-The engine appends each observation to a bounded list (:class:`pyharvest.core.metrics.HarvestMetrics`);
-draining a list takes its observations away from any other reader, so every collector and the
-status page of one harvester drain into the same :class:`_HarvestHistograms`, under its lock.
+The engine appends each mark, purge and transaction duration to a bounded list
+(:class:`pyharvest.core.metrics.HarvestMetrics`); draining a list takes its observations away
+from any other reader, so every collector of one harvester drains into the same
+:class:`_HarvestHistograms`, under its lock. The publish latency, one observation per record, is
+counted by the engine itself in fixed buckets (:class:`pyharvest.core.latency.PublishLatency`),
+which are read as they are.
 """
 
 from __future__ import annotations
@@ -14,36 +17,38 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pyharvest.core.latency import PUBLISH_LATENCY_BUCKETS
+
 if TYPE_CHECKING:
     from pyharvest.core.harvest import HarvestEngine
 
-__all__ = ["HISTOGRAMS", "LATENCY_BUCKETS", "PUBLISH_LATENCY_BUCKETS", "LatencyDistribution", "histograms_of"]
+__all__ = [
+    "HISTOGRAMS",
+    "LATENCY_BUCKETS",
+    "PUBLISH_LATENCY",
+    "LatencyDistribution",
+    "histograms_of",
+    "publish_buckets",
+    "publish_latency",
+]
 
 #: Upper bounds (seconds) of the mark, purge and transaction duration histograms' buckets.
 LATENCY_BUCKETS: tuple[float, ...] = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 )
-#: Upper bounds (seconds) of the publish latency histogram's buckets: from a busy relay's
-#: milliseconds to a backlog's minutes.
-PUBLISH_LATENCY_BUCKETS: tuple[float, ...] = (
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+#: (metric suffix, HarvestMetrics reservoir, help)
+HISTOGRAMS: tuple[tuple[str, str, str], ...] = (
+    ("mark_duration_seconds", "mark_seconds", "Time a mark statement took."),
+    ("purge_duration_seconds", "purge_seconds", "Time a purge took, retries included."),
+    ("transaction_duration_seconds", "transaction_seconds", "Time from a transaction's begin to its commit."),
 )
 
-#: (metric suffix, HarvestMetrics reservoir, help, bucket bounds)
-HISTOGRAMS: tuple[tuple[str, str, str, tuple[float, ...]], ...] = (
-    ("mark_duration_seconds", "mark_seconds", "Time a mark statement took.", LATENCY_BUCKETS),
-    ("purge_duration_seconds", "purge_seconds", "Time a purge took, retries included.", LATENCY_BUCKETS),
-    (
-        "transaction_duration_seconds", "transaction_seconds",
-        "Time from a transaction's begin to its commit.", LATENCY_BUCKETS,
-    ),
-    (
-        "publish_latency_seconds", "publish_latency_seconds",
-        "Time from each record's create_time to Kafka's acknowledgement (delivery: exactly-once: to its "
-        "transaction's commit). create_time is set inside the writer's transaction, before its commit, so "
-        "this includes the writer's commit; it compares the writer's clock with the harvester's.",
-        PUBLISH_LATENCY_BUCKETS,
-    ),
+#: (metric suffix, help) of the publish latency histogram.
+PUBLISH_LATENCY = (
+    "publish_latency_seconds",
+    "Time from each record's create_time to Kafka's acknowledgement (delivery: exactly-once: to its "
+    "transaction's commit). create_time is set inside the writer's transaction, before its commit, so "
+    "this includes the writer's commit; it compares the writer's clock with the harvester's.",
 )
 
 
@@ -112,19 +117,13 @@ class _Histogram:
         out.append(("+Inf", self.total))
         return out
 
-    def distribution(self) -> LatencyDistribution:
-        return LatencyDistribution(self.bounds, tuple(self.counts))
-
 
 class _HarvestHistograms:
     """The histograms of one engine, shared by every reader of it."""
 
-    def __init__(self, buckets: Sequence[float] | None) -> None:
+    def __init__(self, buckets: Sequence[float]) -> None:
         self.lock = threading.Lock()
-        self.by_attr = {
-            attr: _Histogram(sorted(buckets) if buckets is not None and attr != "publish_latency_seconds" else bounds)
-            for _, attr, _, bounds in HISTOGRAMS
-        }
+        self.by_attr = {attr: _Histogram(sorted(buckets)) for _, attr, _ in HISTOGRAMS}
 
     def drain(self, engine: HarvestEngine) -> None:
         """Move what the engine observed since the last drain into the buckets (hold the lock)."""
@@ -137,9 +136,8 @@ _shared: weakref.WeakKeyDictionary[Any, _HarvestHistograms] = weakref.WeakKeyDic
 _shared_lock = threading.Lock()
 
 
-def histograms_of(engine: HarvestEngine, buckets: Sequence[float] | None = None) -> _HarvestHistograms:
-    """The shared histograms of ``engine`` (``buckets``, if given the first time, replaces the
-    duration histograms' bounds)."""
+def histograms_of(engine: HarvestEngine, buckets: Sequence[float] = LATENCY_BUCKETS) -> _HarvestHistograms:
+    """The shared histograms of ``engine`` (``buckets``: their bounds, the first time)."""
     with _shared_lock:
         h = _shared.get(engine)
         if h is None:
@@ -147,13 +145,24 @@ def histograms_of(engine: HarvestEngine, buckets: Sequence[float] | None = None)
         return h
 
 
+def publish_buckets(engine: HarvestEngine) -> tuple[list[tuple[str, float]], float]:
+    """The engine's publish latency as Prometheus' cumulative buckets, and their sum."""
+    latency = engine.metrics.publish_latency
+    counts, total = latency.snapshot()
+    out: list[tuple[str, float]] = []
+    running = 0
+    for bound, n in zip(latency.bounds, counts, strict=False):
+        running += n
+        out.append((repr(float(bound)), running))
+    out.append(("+Inf", running + counts[-1]))
+    return out, total
+
+
 def publish_latency(engines: Iterable[HarvestEngine]) -> LatencyDistribution:
-    """The publish latency histogram of these engines together, drained up to now."""
+    """The publish latency of these engines together, now."""
     total: LatencyDistribution | None = None
     for engine in engines:
-        shared = histograms_of(engine)
-        with shared.lock:
-            shared.drain(engine)
-            dist = shared.by_attr["publish_latency_seconds"].distribution()
+        latency = engine.metrics.publish_latency
+        dist = LatencyDistribution(latency.bounds, latency.snapshot()[0])
         total = dist if total is None else total + dist
     return total or LatencyDistribution(PUBLISH_LATENCY_BUCKETS, (0,) * (len(PUBLISH_LATENCY_BUCKETS) + 1))

@@ -20,7 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from pyharvest.bindings.ops.collector import _COUNTERS, _copy_dict, log, watch_gauges
-from pyharvest.bindings.ops.latency import HISTOGRAMS, histograms_of
+from pyharvest.bindings.ops.latency import HISTOGRAMS, PUBLISH_LATENCY, histograms_of, publish_buckets
 
 if TYPE_CHECKING:
     from pyharvest.bindings.ops.watch import OutboxWatch
@@ -133,14 +133,16 @@ class ShardedHarvestCollector(Collector):
                 errors.add_metric([str(shard), code], float(n))
         yield errors
         histograms = {suffix: HistogramMetricFamily(f"{ns}_{suffix}", doc, labels=["shard"])
-                      for suffix, _, doc, _ in HISTOGRAMS}
+                      for suffix, _, doc in (*HISTOGRAMS, (PUBLISH_LATENCY[0], "", PUBLISH_LATENCY[1]))}
         for shard, engine in engines:
             shared = histograms_of(engine)
             with shared.lock:
                 shared.drain(engine)
-                for suffix, attr, _, _ in HISTOGRAMS:
+                for suffix, attr, _ in HISTOGRAMS:
                     hist = shared.by_attr[attr]
                     histograms[suffix].add_metric([str(shard)], hist.buckets(), hist.sum)
+            buckets, total = publish_buckets(engine)
+            histograms[PUBLISH_LATENCY[0]].add_metric([str(shard)], buckets, total)
         yield from histograms.values()
         yield from watch_gauges(ns, self._watch)
         if self._backlog is not None:
