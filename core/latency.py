@@ -10,9 +10,8 @@ any number of readers (a scrape, the status page) see every observation.
 from __future__ import annotations
 
 import bisect
-import time
 from collections.abc import Iterable
-from datetime import UTC
+from datetime import UTC, datetime
 
 from pyharvest.core.records import OutboxRecord
 
@@ -38,7 +37,8 @@ class PublishLatency:
 
     def observe(self, records: Iterable[OutboxRecord]) -> None:
         """Add ``now - create_time`` of each record, published now."""
-        now = time.time()
+        # Aware datetimes subtracted: cheaper per record than each one's timestamp().
+        now = datetime.now(UTC)
         bounds, counts, find = self.bounds, self.counts, bisect.bisect_left
         added, n = 0.0, 0
         for record in records:
@@ -47,7 +47,7 @@ class PublishLatency:
                 continue
             if created.tzinfo is None:  # a binding's naive timestamps are UTC
                 created = created.replace(tzinfo=UTC)
-            seconds = now - created.timestamp()
+            seconds = (now - created).total_seconds()
             if seconds < 0.0:  # the writer's clock ahead of this one
                 seconds = 0.0
             counts[find(bounds, seconds)] += 1

@@ -472,3 +472,26 @@ def test_an_age_reading_that_fails_leaves_the_gauge_out_until_one_works(caplog):
             wait_until(lambda: scrape(ops).get("pyharvest_oldest_record_age_seconds") == 0, 5)  # empty: 0
     finally:
         ops.stop()
+
+
+def test_publish_latency_counts_every_record_in_its_bucket():
+    from datetime import UTC, datetime, timedelta
+
+    from pyharvest.core.latency import PublishLatency
+    from pyharvest.core.records import OutboxRecord
+
+    now = datetime.now(UTC)
+    ages = [0.001, 0.2, 3.0, 45.0, 7200.0]
+    records = [OutboxRecord("t", "k", b"v", (), i, now - timedelta(seconds=a)) for i, a in enumerate(ages)]
+    records.append(OutboxRecord("t", "k", b"v", (), 9, (now - timedelta(seconds=2.0)).replace(tzinfo=None)))  # naive: UTC
+    records.append(OutboxRecord("t", "k", b"v", (), 10, now + timedelta(seconds=5)))  # the writer's clock ahead
+    records.append(OutboxRecord("t", "k", b"v"))  # no create_time: not counted
+    latency = PublishLatency()
+    latency.observe(records)
+    counts, total = latency.snapshot()
+    assert latency.total == sum(counts) == 7
+    by_bound = dict(zip([*latency.bounds, float("inf")], counts, strict=True))
+    assert by_bound[0.005] == 2  # 1 ms, and 0 for the clock ahead
+    assert by_bound[0.25] == 1 and by_bound[2.5] == 1 and by_bound[5.0] == 1 and by_bound[60.0] == 1
+    assert by_bound[float("inf")] == 1  # two hours
+    assert 7200 < total < 7300
