@@ -156,6 +156,14 @@ def test_metrics_and_probes_per_shard(kafka_config, kafka_bootstrap, database_ur
         purged = [samples[f'pyharvest_records_purged_total{{shard="{p}"}}'] for p in (0, 1)]
         assert sum(purged) >= 40 and all(purged)  # 40 keys land in both shards
         assert get(ops.url + "/readyz")[0] == 200
+        # Per-shard publish latency; the status page's roles per shard, and the whole table's age.
+        assert sum(samples[f'pyharvest_publish_latency_seconds_count{{shard="{p}"}}'] for p in (0, 1)) >= 40
+        import json
+
+        status = json.loads(get(ops.url + "/status")[1])
+        assert [(s["shard"], s["role"]) for s in status["shards"]] == [(0, "leader"), (1, "leader")]
+        wait_until(lambda: json.loads(get(ops.url + "/status")[1])["oldest_record_age_seconds"] == 0, 30,
+                   "the age of an empty outbox")
     finally:
         harvest.stop()
         harvest.join(60)
