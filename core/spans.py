@@ -10,13 +10,13 @@ has no tracer provider configured, a batch costs one attribute read and an empty
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
 
 from pyharvest.core.records import OutboxRecord
 
-__all__ = ["BatchSpans", "Span", "SpanRecorder", "install_recorder", "recorder"]
+__all__ = ["BatchSpans", "Description", "Span", "SpanRecorder", "install_recorder", "recorder"]
 
 
 class Span(Protocol):
@@ -27,9 +27,13 @@ class Span(Protocol):
     def end(self) -> None: ...
 
 
+#: What a span is: its name, its kind (``client``, ``producer``...) and its attributes.
+Description = tuple[str, str, Mapping[str, str | int | bool]]
+
+
 class SpanRecorder(Protocol):
-    def start(self, name: str, kind: str, attributes: Mapping[str, str | int | bool]) -> Span | None:
-        """A started span (``kind``: ``client``, ``producer``...), or None while tracing is off."""
+    def start(self, describe: Callable[[], Description]) -> Span | None:
+        """A started span, or None while tracing is off; ``describe`` is called only when one starts."""
         ...
 
 
@@ -70,9 +74,17 @@ class BatchSpans:
         self._delivery = delivery
 
     @contextmanager
-    def _span(self, name: str, kind: str, attributes: dict[str, str | int | bool]) -> Iterator[_Count]:
+    def _span(self, describe: Callable[[], Description]) -> Iterator[_Count]:
+        # ``describe`` runs only when a span starts: while tracing is off, a batch costs this.
         current = _recorder
-        span = current.start(name, kind, {**self._base, **attributes}) if current is not None else None
+        span = None
+        if current is not None:
+
+            def described() -> Description:
+                name, kind, attributes = describe()
+                return name, kind, {**self._base, **attributes}
+
+            span = current.start(described)
         if span is None:
             yield _Count(None)
             return
@@ -86,28 +98,32 @@ class BatchSpans:
 
     def mark(self) -> AbstractContextManager[_Count]:
         """Around a mark: the rows it took, once known (``count``)."""
-        return self._span(f"mark {self._table}", "client",
-                          {"messaging.operation.name": "mark", "messaging.operation.type": "receive"})
+        return self._span(lambda: (f"mark {self._table}", "client", {
+            "messaging.operation.name": "mark", "messaging.operation.type": "receive",
+        }))
 
     def publish(self, records: Sequence[OutboxRecord]) -> AbstractContextManager[_Count]:
         """Around handing ``records`` to Kafka (exactly once: their transaction, to its commit)."""
-        attributes: dict[str, str | int | bool] = {
-            "messaging.operation.name": "send",
-            "messaging.operation.type": "send",
-            "messaging.batch.message_count": len(records),
-            "pyharvest.delivery": self._delivery,
-        }
-        topics = {r.topic for r in records}
-        name = "send"
-        if len(topics) == 1:
+
+        def describe() -> Description:
+            attributes: dict[str, str | int | bool] = {
+                "messaging.operation.name": "send",
+                "messaging.operation.type": "send",
+                "messaging.batch.message_count": len(records),
+                "pyharvest.delivery": self._delivery,
+            }
+            topics = {r.topic for r in records}
+            if len(topics) != 1:
+                return "send", "producer", attributes
             (topic,) = topics
             attributes["messaging.destination.name"] = topic
-            name = f"send {topic}"
-        return self._span(name, "producer", attributes)
+            return f"send {topic}", "producer", attributes
+
+        return self._span(describe)
 
     def purge(self, count: int) -> AbstractContextManager[_Count]:
         """Around deleting ``count`` published rows."""
-        return self._span(f"purge {self._table}", "client", {
+        return self._span(lambda: (f"purge {self._table}", "client", {
             "messaging.operation.name": "purge", "messaging.operation.type": "settle",
             "messaging.batch.message_count": count,
-        })
+        }))

@@ -98,7 +98,7 @@ def test_no_span_while_opentelemetry_has_no_tracer_provider() -> None:
     otel = OpenTelemetryRecorder()  # the global provider: none configured
     install_recorder(otel)
     try:
-        assert otel.start("mark outbox", "client", {}) is None
+        assert otel.start(lambda: ("mark outbox", "client", {})) is None
         db, kafka = FakeBinding(), FakeKafka()
         fill(db, 10, 2)
         with make(db, kafka) as h:

@@ -9,10 +9,10 @@ when ``opentelemetry-api`` is importable; an engine built by hand needs :func:`i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import Any
 
-from pyharvest.core.spans import Span, install_recorder, recorder
+from pyharvest.core.spans import Description, Span, install_recorder, recorder
 
 __all__ = ["OpenTelemetryRecorder", "install"]
 
@@ -65,10 +65,11 @@ class OpenTelemetryRecorder:
         self._tracer = provider.get_tracer("pyharvest", release)
         return self._tracer
 
-    def start(self, name: str, kind: str, attributes: Mapping[str, str | int | bool]) -> Span | None:
+    def start(self, describe: Callable[[], Description]) -> Span | None:
         tracer = self._tracer_now()
         if tracer is None:
             return None
+        name, kind, attributes = describe()
         return _OtelSpan(tracer.start_span(name, kind=self._kinds.get(kind, self._trace.SpanKind.INTERNAL),
                                            attributes=dict(attributes)))
 
