@@ -15,7 +15,7 @@ import threading
 from types import FrameType
 from typing import Protocol
 
-from pyharvest.core.lifecycle import State
+from pyharvest.core.engine.lifecycle import State
 
 __all__ = ["run_until_signalled"]
 

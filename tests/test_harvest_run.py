@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from tests.waiting import wait_until
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 

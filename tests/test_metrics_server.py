@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import sys
 import time
@@ -16,41 +15,16 @@ pytest.importorskip("prometheus_client")
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from pyharvest import Config, Limits  # noqa: E402
 from pyharvest.bindings.ops import OpsConfig, start_ops_server  # noqa: E402
 from pyharvest.bindings.ops.collector import HarvestCollector  # noqa: E402
-from pyharvest.core import Config, HarvestEngine, Limits  # noqa: E402
+from pyharvest.core.engine.harvest import HarvestEngine
 from pyharvest.core.errors import ConfigError, HarvestError  # noqa: E402
-from pyharvest.core.kafka import DeliveryError  # noqa: E402
-from tests.fakes import FakeBinding, FakeKafka  # noqa: E402
-from tests.test_engine import fill, make, wait_until  # noqa: E402
-
-LOCAL = {"address": "127.0.0.1", "port": 0}
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:  # noqa: S310 - loopback only
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
-def scrape(ops) -> dict[str, float]:
-    """Sample name (with labels, sorted) -> value."""
-    status, text = get(ops.url + "/metrics")
-    assert status == 200
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
-    return out
-
-
-def probe(ops, path: str) -> tuple[int, dict]:
-    status, body = get(ops.url + path)
-    return status, json.loads(body)
-
+from pyharvest.core.ports.kafka import DeliveryError  # noqa: E402
+from tests.helpers.engine import fill, make  # noqa: E402
+from tests.helpers.fakes import FakeBinding, FakeKafka  # noqa: E402
+from tests.helpers.ops import LOCAL, get, probe, scrape  # noqa: E402
+from tests.helpers.waiting import wait_until
 
 # ---------------------------------------------------------------------- on fakes
 
@@ -378,8 +352,8 @@ def test_scrape_during_a_harvest_on_a_real_broker(kafka_config, topic_name):
 @pytest.mark.kafka
 def test_readiness_goes_down_with_the_broker_and_comes_back(tmp_path):
     from pyharvest.bindings.kafka.confluent import ConfluentClients
-    from tests.faults.apache import ApacheKafka
-    from tests.fixtures.kafka import on_embedded_broker
+    from tests.helpers.faults.apache import ApacheKafka
+    from tests.helpers.fixtures.kafka import on_embedded_broker
 
     if on_embedded_broker():
         pytest.skip("stopping and restarting a broker runs on Apache Kafka")
@@ -421,7 +395,7 @@ def test_the_kubernetes_example_is_consistent():
     raw = yaml.safe_load(by_kind["ConfigMap"]["data"]["reaper.yaml"])
     reaper = next(c for c in by_kind["Deployment"]["spec"]["template"]["spec"]["containers"] if c["name"] == "reaper")
     env = {e["name"]: "from-k8s" for e in reaper["env"]}
-    from pyharvest.core.config import ReaperConfig
+    from pyharvest.core.config.settings import ReaperConfig
 
     cfg = ReaperConfig.from_mapping(apply_env_overrides(raw, env))
     assert cfg.harvest.data_source == "from-k8s"
@@ -433,65 +407,3 @@ def test_the_kubernetes_example_is_consistent():
     grace = by_kind["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace > cfg.harvest.resolve().limits.shutdown_timeout
 
-
-def test_exactly_once_observes_the_publish_latency_at_each_commit():
-    from tests.fakes import FakeTransactionalKafka
-    from tests.test_transactions import make as exactly_once
-
-    db, kafka = FakeBinding(), FakeTransactionalKafka()
-    fill(db, 120, 12)
-    h = exactly_once(db, kafka)
-    ops = start_ops_server(h, LOCAL)
-    try:
-        with h:
-            wait_until(lambda: len(db) == 0, 20)
-            wait_until(lambda: scrape(ops).get("pyharvest_publish_latency_seconds_count") == 120, 10)
-        m = scrape(ops)
-        assert m["pyharvest_transactions_committed_total"] >= 1
-        assert m["pyharvest_transaction_duration_seconds_count"] == m["pyharvest_transactions_committed_total"]
-    finally:
-        ops.stop()
-
-
-def test_an_age_reading_that_fails_leaves_the_gauge_out_until_one_works(caplog):
-    class Flaky(FakeBinding):
-        failing = True
-
-        def oldest_create_time(self):
-            if Flaky.failing:
-                raise ConnectionError("the database went away")
-            return None
-
-    h = make(Flaky(), FakeKafka())
-    ops = start_ops_server(h, {**LOCAL, "ageInterval": "20ms"})
-    try:
-        with h:
-            wait_until(lambda: "reading the outbox's oldest_create_time failed" in caplog.text, 5)
-            assert "pyharvest_oldest_record_age_seconds" not in scrape(ops)
-            Flaky.failing = False
-            wait_until(lambda: scrape(ops).get("pyharvest_oldest_record_age_seconds") == 0, 5)  # empty: 0
-    finally:
-        ops.stop()
-
-
-def test_publish_latency_counts_every_record_in_its_bucket():
-    from datetime import UTC, datetime, timedelta
-
-    from pyharvest.core.latency import PublishLatency
-    from pyharvest.core.records import OutboxRecord
-
-    now = datetime.now(UTC)
-    ages = [0.001, 0.2, 3.0, 45.0, 7200.0]
-    records = [OutboxRecord("t", "k", b"v", (), i, now - timedelta(seconds=a)) for i, a in enumerate(ages)]
-    records.append(OutboxRecord("t", "k", b"v", (), 9, (now - timedelta(seconds=2.0)).replace(tzinfo=None)))  # naive: UTC
-    records.append(OutboxRecord("t", "k", b"v", (), 10, now + timedelta(seconds=5)))  # the writer's clock ahead
-    records.append(OutboxRecord("t", "k", b"v"))  # no create_time: not counted
-    latency = PublishLatency()
-    latency.observe(records)
-    counts, total = latency.snapshot()
-    assert latency.total == sum(counts) == 7
-    by_bound = dict(zip([*latency.bounds, float("inf")], counts, strict=True))
-    assert by_bound[0.005] == 2  # 1 ms, and 0 for the clock ahead
-    assert by_bound[0.25] == 1 and by_bound[2.5] == 1 and by_bound[5.0] == 1 and by_bound[60.0] == 1
-    assert by_bound[float("inf")] == 1  # two hours
-    assert 7200 < total < 7300

@@ -9,14 +9,13 @@ import json
 import re
 import subprocess
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.tools import require_tool
+from tests.helpers.tools import require_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "docs" / "prometheus" / "pyharvest-alerts.yml"
@@ -88,11 +87,10 @@ SMALL_LIMIT = 20_000
 
 def _served(kafka_config: dict, url: str, table: str, **settings: object) -> set[str]:
     """Sample and family names a harvester of these settings serves once it has published."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     from pyharvest import Config, Harvest, Limits, OutboxRecord, stasher
     from pyharvest.bindings.ops import start_ops_server
-    from tests.waiting import wait_until
+    from tests.helpers.ops import LOCAL, families
+    from tests.helpers.waiting import wait_until
 
     topic = f"served-{uuid.uuid4().hex[:8]}"
     cfg = Config(
@@ -113,15 +111,13 @@ def _served(kafka_config: dict, url: str, table: str, **settings: object) -> set
         if cfg.poison_policy == "quarantine":
             out.stash(tx, OutboxRecord(topic, "poison", b"P" * (SMALL_LIMIT + 10_000)))
     harvest = Harvest(cfg)
-    ops = start_ops_server(harvest, {"address": "127.0.0.1", "port": 0, "ageInterval": "100ms",
-                                     "backlogInterval": "100ms"})
+    ops = start_ops_server(harvest, {**LOCAL, "ageInterval": "100ms", "backlogInterval": "100ms"})
     assert ops is not None
 
     def scrape() -> tuple[set[str], dict[str, float]]:
-        with urllib.request.urlopen(ops.url + "/metrics", timeout=5) as r:  # noqa: S310 - loopback only
-            families = list(text_string_to_metric_families(r.read().decode()))
-        names = {f.name for f in families} | {s.name for f in families for s in f.samples}
-        return names, {s.name: s.value for f in families for s in f.samples}
+        served = families(ops)
+        names = {f.name for f in served} | {s.name for f in served for s in f.samples}
+        return names, {s.name: s.value for f in served for s in f.samples}
 
     try:
         with harvest:
@@ -145,7 +141,7 @@ def _served(kafka_config: dict, url: str, table: str, **settings: object) -> set
 @pytest.mark.timeout(300)
 def test_every_metric_the_dashboard_and_the_rules_use_is_served(tmp_path, kafka_config):
     from pyharvest.bindings.sql import create_outbox_table
-    from tests.fixtures.kafka import on_embedded_broker
+    from tests.helpers.fixtures.kafka import on_embedded_broker
 
     served: dict[str, set[str]] = {}
     url = f"sqlite:///{tmp_path / 'outbox.db'}"

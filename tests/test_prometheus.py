@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.tools import free_port, require_tool
-from tests.waiting import wait_until
+from tests.helpers.tools import free_port, require_tool
+from tests.helpers.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "docs" / "prometheus" / "pyharvest-alerts.yml"
@@ -94,7 +94,7 @@ def shortened_rules(folder: Path) -> Path:
 
 def test_prometheus_answers_the_lag_query_and_fires_no_leader_when_the_reaper_stops(tmp_path, kafka_bootstrap):
     from pyharvest.bindings.sql import create_outbox_table
-    from tests.reaper_process import ReaperProcess
+    from tests.helpers.reapers import ReaperProcess
 
     require_tool("prometheus", "prometheus")
     url = f"sqlite:///{tmp_path / 'outbox.db'}"

@@ -9,34 +9,26 @@ answer, another interval until the ping counts as unanswered).
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 import sqlalchemy as sa
 
 pytest.importorskip("prometheus_client")
 
-from pyharvest.bindings.ops import start_ops_server  # noqa: E402
+from pyharvest.bindings.ops import OpsServer, start_ops_server  # noqa: E402
 from pyharvest.bindings.sql import create_binding, create_outbox_table  # noqa: E402
 from pyharvest.core.errors import TableNotFoundError  # noqa: E402
-from pyharvest.core.health import PING_INTERVAL, DatabaseProbe  # noqa: E402
-from tests.fakes import FakeBinding, FakeKafka  # noqa: E402
-from tests.test_engine import make  # noqa: E402
-from tests.waiting import wait_until  # noqa: E402
+from pyharvest.core.telemetry.health import PING_INTERVAL, DatabaseProbe  # noqa: E402
+from tests.helpers.engine import make  # noqa: E402
+from tests.helpers.fakes import FakeBinding, FakeKafka  # noqa: E402
+from tests.helpers.ops import LOCAL, probe  # noqa: E402
+from tests.helpers.waiting import wait_until  # noqa: E402
 
-LOCAL = {"address": "127.0.0.1", "port": 0}
 
-
-def readyz(url: str) -> tuple[int, dict]:
-    try:
-        with urllib.request.urlopen(url + "/readyz", timeout=5) as r:  # noqa: S310 - loopback only
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+def readyz(ops: OpsServer) -> tuple[int, dict]:
+    return probe(ops, "/readyz")
 
 
 class CountingPings:
@@ -87,12 +79,12 @@ def test_a_missing_table_met_by_the_mark_makes_the_process_not_ready_at_once():
     ops = start_ops_server(h, LOCAL)
     try:
         with h:
-            wait_until(lambda: h.is_leader and readyz(ops.url)[0] == 200, 10)
+            wait_until(lambda: h.is_leader and readyz(ops)[0] == 200, 10)
             gone.set()
             started = time.monotonic()
-            wait_until(lambda: readyz(ops.url)[0] == 503, 10, "readiness to report the missing table")
+            wait_until(lambda: readyz(ops)[0] == 503, 10, "readiness to report the missing table")
             took = time.monotonic() - started
-            _, body = readyz(ops.url)
+            _, body = readyz(ops)
             assert body["down"] == ["database"] and "does not exist" in body["errors"]["database"], body
             assert "reaper init-db" in body["errors"]["database"]
             print(f"not ready {took:.2f}s after the table went (the ping still running)")
@@ -126,14 +118,14 @@ def test_a_standby_reports_a_dropped_table_on_the_first_probe_two_intervals_late
         ops = start_ops_server(standby, LOCAL)
         try:
             with standby:
-                wait_until(lambda: readyz(ops.url)[0] == 200, 10, "the standby to be ready")
-                assert readyz(ops.url)[1]["role"] == "standby"
+                wait_until(lambda: readyz(ops)[0] == 200, 10, "the standby to be ready")
+                assert readyz(ops)[1]["role"] == "standby"
                 engine = sa.create_engine(url)
                 with engine.begin() as conn:
                     conn.execute(sa.text("DROP TABLE outbox"))
                 engine.dispose()
                 time.sleep(2 * PING_INTERVAL + 1.0)  # and a second of slack for a loaded machine
-                status, body = readyz(ops.url)  # the first probe since the drop
+                status, body = readyz(ops)  # the first probe since the drop
                 assert status == 503, body
                 assert body["down"] == ["database"] and "does not exist" in body["errors"]["database"], body
         finally:

@@ -23,11 +23,11 @@ from pyharvest import OutboxRecord, stasher  # noqa: E402
 from pyharvest.bindings.ops import start_ops_server  # noqa: E402
 from pyharvest.bindings.ops.status import quarantine_commands  # noqa: E402
 from pyharvest.bindings.ops.status_page import render_status_page  # noqa: E402
-from tests.fakes import FakeBinding, FakeKafka  # noqa: E402
-from tests.test_engine import fill, make  # noqa: E402
-from tests.waiting import wait_until  # noqa: E402
+from tests.helpers.engine import fill, make  # noqa: E402
+from tests.helpers.fakes import FakeBinding, FakeKafka  # noqa: E402
+from tests.helpers.ops import LOCAL  # noqa: E402
+from tests.helpers.waiting import wait_until  # noqa: E402
 
-LOCAL = {"address": "127.0.0.1", "port": 0}
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"
 
 
@@ -144,9 +144,9 @@ POISON = b"P" * 30_000
 @pytest.mark.timeout(240)
 def test_the_page_in_headless_chromium_beside_a_running_reaper(tmp_path, kafka_bootstrap, topic_name):
     from pyharvest.bindings.sql import create_outbox_table
-    from tests.browser import chromium
-    from tests.kafka_tools import create_topic
-    from tests.reaper_process import ReaperProcess
+    from tests.helpers.browser import chromium
+    from tests.helpers.reapers import ReaperProcess
+    from tests.helpers.topics import create_topic
 
     url = f"sqlite:///{tmp_path / 'outbox.db'}"
     create_outbox_table(url, "outbox", quarantine=True)

@@ -16,10 +16,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
 from pyharvest.bindings.ops.tracing import OpenTelemetryRecorder, install  # noqa: E402
-from pyharvest.core.spans import install_recorder, recorder  # noqa: E402
-from tests.fakes import FakeBinding, FakeKafka  # noqa: E402
-from tests.test_engine import fill, make  # noqa: E402
-from tests.waiting import wait_until  # noqa: E402
+from pyharvest.core.telemetry.spans import install_recorder, recorder  # noqa: E402
+from tests.helpers.engine import fill, make  # noqa: E402
+from tests.helpers.fakes import FakeBinding, FakeKafka  # noqa: E402
+from tests.helpers.waiting import wait_until  # noqa: E402
 
 
 @pytest.fixture
@@ -108,8 +108,8 @@ def test_no_span_while_opentelemetry_has_no_tracer_provider() -> None:
 
 
 def test_exactly_once_records_a_span_per_transaction(spans: InMemorySpanExporter) -> None:
-    from tests.fakes import FakeTransactionalKafka
-    from tests.test_transactions import make as exactly_once
+    from tests.helpers.engine import make_exactly_once as exactly_once
+    from tests.helpers.fakes import FakeTransactionalKafka
 
     db = FakeBinding()
     fill(db, 50, 5, topic="orders")

@@ -23,9 +23,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from pyharvest.bindings.kafka.api_versions import CONSUMER_GROUP_HEARTBEAT, broker_api_keys
 from pyharvest.bindings.kafka.logs import librdkafka_logger
+from pyharvest.core.election.group_protocol import GroupSession, SessionBounds
 from pyharvest.core.errors import KafkaPropertyError
-from pyharvest.core.group_protocol import GroupSession, SessionBounds
-from pyharvest.core.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap, ProduceError, TopicError
+from pyharvest.core.ports.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap, ProduceError, TopicError
 
 __all__ = ["ConfluentClients", "ConfluentLeaderConsumer", "ConfluentProducer", "delivery_error"]
 
@@ -257,8 +257,8 @@ def _admin(config: KafkaConfigMap) -> AdminClient:
 
 
 class ConfluentClients:
-    """The default :class:`~pyharvest.core.kafka.KafkaClients`, and the
-    :class:`~pyharvest.core.group_protocol.GroupSessions` of the consumer group protocol."""
+    """The default :class:`~pyharvest.core.ports.kafka.KafkaClients`, and the
+    :class:`~pyharvest.core.election.group_protocol.GroupSessions` of the consumer group protocol."""
 
     def __init__(self) -> None:
         # The heartbeat timeout of each consumer-protocol group whose session was set: its leader

@@ -1,10 +1,10 @@
 """Cumulative latency histograms, shared by every reader.
 
 The engine appends each mark, purge and transaction duration to a bounded list
-(:class:`pyharvest.core.metrics.HarvestMetrics`); draining a list takes its observations away
+(:class:`pyharvest.core.telemetry.metrics.HarvestMetrics`); draining a list takes its observations away
 from any other reader, so every collector of one harvester drains into the same
 :class:`_HarvestHistograms`, under its lock. The publish latency, one observation per record, is
-counted by the engine itself in fixed buckets (:class:`pyharvest.core.latency.PublishLatency`),
+counted by the engine itself in fixed buckets (:class:`pyharvest.core.telemetry.latency.PublishLatency`),
 which are read as they are.
 """
 
@@ -17,10 +17,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyharvest.core.latency import PUBLISH_LATENCY_BUCKETS
+from pyharvest.core.telemetry.latency import PUBLISH_LATENCY_BUCKETS
 
 if TYPE_CHECKING:
-    from pyharvest.core.harvest import HarvestEngine
+    from pyharvest.core.engine.harvest import HarvestEngine
 
 __all__ = [
     "HISTOGRAMS",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pyharvest.core.harvest import State
+from pyharvest.core.engine.lifecycle import State
 
 if TYPE_CHECKING:
-    from pyharvest.core.harvest import HarvestEngine
-    from pyharvest.core.sharded import ShardedHarvestEngine
+    from pyharvest.core.engine.harvest import HarvestEngine
+    from pyharvest.core.engine.sharded import ShardedHarvestEngine
 
 __all__ = ["health_report", "liveness_report"]
 

@@ -13,8 +13,8 @@
 * ``/metrics`` — the Prometheus exposition (OpenMetrics when the scraper asks for it).
 
 None of them waits on the database or the broker: they read the harvester's last known state
-(the database is pinged in the background, :class:`~pyharvest.core.health.DatabaseProbe`, on
-this server's own timer every :data:`~pyharvest.core.health.PING_INTERVAL` while it runs), so
+(the database is pinged in the background, :class:`~pyharvest.core.telemetry.health.DatabaseProbe`, on
+this server's own timer every :data:`~pyharvest.core.telemetry.health.PING_INTERVAL` while it runs), so
 they answer at once during an outage too, ``/readyz`` with 503 and what is down and why. A
 client that hangs up before its answer is sent is logged in one line.
 """
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyharvest.bindings.ops.probes import health_report, liveness_report
 from pyharvest.core.errors import HarvestError
-from pyharvest.core.health import PING_INTERVAL
+from pyharvest.core.telemetry.health import PING_INTERVAL
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from pyharvest.bindings.ops.collector import BacklogCounter
     from pyharvest.bindings.ops.shard_collector import ShardBacklog
     from pyharvest.bindings.ops.watch import OutboxWatch
-    from pyharvest.core.harvest import HarvestEngine
-    from pyharvest.core.sharded import ShardedHarvestEngine
+    from pyharvest.core.engine.harvest import HarvestEngine
+    from pyharvest.core.engine.sharded import ShardedHarvestEngine
 
 __all__ = ["OpsServer", "health_report", "liveness_report"]  # the reports re-exported from .probes
 

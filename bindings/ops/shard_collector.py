@@ -24,7 +24,7 @@ from pyharvest.bindings.ops.latency import HISTOGRAMS, PUBLISH_LATENCY, histogra
 
 if TYPE_CHECKING:
     from pyharvest.bindings.ops.watch import OutboxWatch
-    from pyharvest.core.sharded import ShardedHarvestEngine
+    from pyharvest.core.engine.sharded import ShardedHarvestEngine
 
 __all__ = ["ShardBacklog", "ShardedHarvestCollector"]
 
@@ -68,7 +68,7 @@ class ShardBacklog:
 
 
 class ShardedHarvestCollector(Collector):
-    """Reads a :class:`~pyharvest.core.sharded.ShardedHarvestEngine` at scrape time.
+    """Reads a :class:`~pyharvest.core.engine.sharded.ShardedHarvestEngine` at scrape time.
 
     ``pyharvest_leader{shard}`` has a series for every shard of the outbox, 0 for those this
     process does not lead, so that a shard nobody leads shows (``max by (shard)`` is 0)."""

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pyharvest.bindings.ops.probes import health_report
 from pyharvest.bindings.ops.watch import harvest_engines
-from pyharvest.core.config import mask_data_source
-from pyharvest.core.sharded import ShardedHarvestEngine
+from pyharvest.core.config.settings import mask_data_source
+from pyharvest.core.engine.sharded import ShardedHarvestEngine
 
 if TYPE_CHECKING:
     from pyharvest.bindings.ops.collector import BacklogCounter
     from pyharvest.bindings.ops.shard_collector import ShardBacklog
     from pyharvest.bindings.ops.watch import OutboxWatch
-    from pyharvest.core.harvest import HarvestEngine
+    from pyharvest.core.engine.harvest import HarvestEngine
 
 
 class Served(Protocol):

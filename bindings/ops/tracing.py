@@ -1,4 +1,4 @@
-"""The engine's per-batch spans (:mod:`pyharvest.core.spans`) recorded with OpenTelemetry.
+"""The engine's per-batch spans (:mod:`pyharvest.core.telemetry.spans`) recorded with OpenTelemetry.
 
 Off unless OpenTelemetry is configured: with ``opentelemetry-api`` installed but no tracer
 provider set (the API's default is a proxy that records nothing), no span is started. Once the
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pyharvest.core.spans import Description, Span, install_recorder, recorder
+from pyharvest.core.telemetry.spans import Description, Span, install_recorder, recorder
 
 __all__ = ["OpenTelemetryRecorder", "install"]
 

@@ -25,11 +25,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pyharvest.bindings.ops.latency import LatencyDistribution
-from pyharvest.core.logs import one_line
+from pyharvest.core.telemetry.logs import one_line
 
 if TYPE_CHECKING:
-    from pyharvest.core.harvest import HarvestEngine
-    from pyharvest.core.sharded import ShardedHarvestEngine
+    from pyharvest.core.engine.harvest import HarvestEngine
+    from pyharvest.core.engine.sharded import ShardedHarvestEngine
 
 __all__ = ["HISTORY", "OutboxWatch", "Sample", "harvest_engines", "outbox_binding"]
 
