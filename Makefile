@@ -6,12 +6,17 @@
 #   make kafka        Apache Kafka 4.x (KRaft, one JVM) on 127.0.0.1:$(KAFKA_PORT); no-op if it runs
 #   make kafka-stop   stop it (its data stays)
 #   make kafka-clean  stop it and delete its data
+#
+#   make kafka-cluster        three Apache Kafka nodes (replication 3, min.insync.replicas 2) on
+#                             $(KAFKA_CLUSTER_PORTS); starts whichever nodes are down
+#   make kafka-cluster-stop   stop them (their data stays)
+#   make kafka-cluster-clean  stop them and delete their data
 
 PYTHON ?= python3
 VENV   := .venv
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint docs clean kafka kafka-stop kafka-clean
+.PHONY: demo test lint docs clean kafka kafka-stop kafka-clean kafka-cluster kafka-cluster-stop kafka-cluster-clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "pyharvest needs Python 3.11 or newer")'
@@ -42,6 +47,19 @@ kafka-stop:
 
 kafka-clean:
 	bash .ci/kafka/kafka clean
+
+# The replicated cluster the cluster fault tests run on (.ci/kafka/cluster; same jars as `make kafka`).
+KAFKA_CLUSTER_PORTS ?= 19192 19194 19196
+export KAFKA_CLUSTER_PORTS
+
+kafka-cluster: $(STAMP)
+	bash .ci/kafka/cluster start
+
+kafka-cluster-stop:
+	bash .ci/kafka/cluster stop
+
+kafka-cluster-clean:
+	bash .ci/kafka/cluster clean
 
 test: $(STAMP)
 	bash .ci/services
