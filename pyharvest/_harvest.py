@@ -11,6 +11,7 @@ from pyharvest.core.config import Config
 from pyharvest.core.errors import ConfigError
 from pyharvest.core.events import EventHandler
 from pyharvest.core.harvest import HarvestEngine
+from pyharvest.core.healing import heal_after
 from pyharvest.core.health import Health
 from pyharvest.core.kafka import KafkaClients
 from pyharvest.core.lifecycle import State
@@ -39,10 +40,13 @@ def _sql_binding(config: Config) -> Callable[[], SqlBinding]:
     return create
 
 
-def _confluent() -> KafkaClients:
+def _confluent(config: Config) -> KafkaClients:
     from pyharvest.bindings.kafka.transactions import ConfluentTransactionalClients
 
-    return ConfluentTransactionalClients()
+    # A client stuck for three of the leader group's sessions, while the cluster answers a
+    # fresh one, is replaced (pyharvest.core.healing).
+    assert config.limits.heartbeat_timeout is not None  # resolved
+    return ConfluentTransactionalClients(heal_after=heal_after(config.limits.heartbeat_timeout))
 
 
 class Harvest:
@@ -79,7 +83,7 @@ class Harvest:
     ) -> None:
         resolved = config.resolve()
         source = _sql_binding(resolved) if binding is None else binding
-        clients = _confluent() if kafka is None else kafka
+        clients = _confluent(resolved) if kafka is None else kafka
         self.runner: HarvestEngine | ShardedHarvestEngine
         if resolved.shards == 1:
             self.runner = HarvestEngine(resolved, binding=source, kafka=clients)

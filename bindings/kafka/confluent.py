@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 # NewTopic's documented import path; confluent_kafka.admin re-exports it without listing it in an __all__.
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
@@ -21,10 +17,14 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from pyharvest.bindings.kafka.admin import admin_client as _admin
+from pyharvest.bindings.kafka.admin import client_config as _client_config
+from pyharvest.bindings.kafka.admin import refused_configuration
 from pyharvest.bindings.kafka.api_versions import CONSUMER_GROUP_HEARTBEAT, broker_api_keys
-from pyharvest.bindings.kafka.logs import librdkafka_logger
-from pyharvest.core.errors import KafkaPropertyError
+from pyharvest.bindings.kafka.leader_consumer import ConfluentLeaderConsumer
+from pyharvest.bindings.kafka.probes import partitions_probe
 from pyharvest.core.group_protocol import GroupSession, SessionBounds
+from pyharvest.core.healing import HEAL_AFTER_SESSIONS, ProgressWatch
 from pyharvest.core.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap, ProduceError, TopicError
 
 __all__ = ["ConfluentClients", "ConfluentLeaderConsumer", "ConfluentProducer", "delivery_error"]
@@ -73,29 +73,33 @@ def delivery_error(err: KafkaError) -> DeliveryError:
     )
 
 
-def _client_config(config: KafkaConfigMap) -> dict[str, object]:
-    # librdkafka logs through stderr by default; route its logs into Python logging instead,
-    # its repeats collapsed.
-    return {**config, "logger": librdkafka_logger()}
-
-
-_REFUSED_PROPERTY = re.compile(r'property:? "([^"]+)"')
-
-
-def refused_configuration(what: str, error: KafkaException) -> TopicError:
-    """The error for a client ``what`` ("producer", "consumer"...) whose configuration librdkafka
-    refused: a :class:`KafkaPropertyError` when it names the property, so that the caller can
-    name the key the value came from."""
-    detail = error.args[0].str().strip() if error.args and isinstance(error.args[0], KafkaError) else str(error)
-    message = f"invalid Kafka {what} configuration: {detail}"
-    found = _REFUSED_PROPERTY.search(detail)
-    return KafkaPropertyError(message, found.group(1), detail) if found else TopicError(message)
-
-
 class ConfluentProducer:
-    def __init__(self, config: KafkaConfigMap) -> None:
+    """A producer. With ``heal_after`` (seconds), a librdkafka producer whose messages got no
+    answer from any broker for that long, while their partitions' leaders answer a fresh client
+    and have their in-sync replicas, is replaced by a new one (:mod:`pyharvest.core.healing`).
+
+    The replacement keeps every message's one delivery report: what was not sent yet is purged
+    (each gets a failed, retriable report, as after :meth:`abandon`); messages already sent
+    are left to their answer or their timeout (purged, one could still land after the new
+    producer's), and the new producer takes over once none is left. A message that raced the
+    swap into the old producer is purged and reported by :meth:`poll` too."""
+
+    def __init__(self, config: KafkaConfigMap, heal_after: float | None = None) -> None:
+        self._config = config
+        self._producer = self._open()
+        #: Set by a delivery report that carries a broker's answer (an error the broker sent too).
+        self._answered = False
+        #: The topics of messages that failed without a broker's answer since the last one: what
+        #: the probe asks about.
+        self._unanswered: set[str] = set()
+        self._retired: list[tuple[Producer, float]] = []
+        self._watch = None if heal_after is None else ProgressWatch(
+            "producer", heal_after, partitions_probe(config, lambda: tuple(self._unanswered))
+        )
+
+    def _open(self) -> Producer:
         try:
-            self._producer = Producer(_client_config(config))
+            return Producer(_client_config(self._config))
         except KafkaException as e:
             raise refused_configuration("producer", e) from None
 
@@ -110,8 +114,13 @@ class ConfluentProducer:
     ) -> None:
         # The harvester's per-record hot path: plain arguments (no argument dict, no copy of a
         # headers list) measured 0.6 us less per record than building keyword arguments.
-        def delivered(err: KafkaError | None, _msg: object) -> None:
-            on_delivery(None if err is None else delivery_error(err))
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            if err is None:
+                self._answered = True
+                on_delivery(None)
+            else:
+                self._failed(err, msg)
+                on_delivery(delivery_error(err))
 
         hdrs = (headers if type(headers) is list else list(headers)) if headers else None
         produce = self._producer.produce
@@ -128,8 +137,45 @@ class ConfluentProducer:
             except KafkaException as e:
                 raise ProduceError(delivery_error(e.args[0])) from None
 
+    def _failed(self, err: KafkaError, msg: Message) -> None:
+        if err.code() >= 0:  # the broker's own error code: it answered
+            self._answered = True
+        else:
+            topic = msg.topic()
+            if topic is not None:
+                self._unanswered.add(topic)
+
     def poll(self, timeout: float) -> int:
-        return int(self._producer.poll(timeout))
+        served = int(self._producer.poll(timeout))
+        if self._watch is not None:
+            self._heal(self._watch)
+        return served
+
+    def _heal(self, watch: ProgressWatch) -> None:
+        if self._retired:
+            self._serve_retired()
+        if self._answered or not len(self._producer):  # answered, or waiting on nothing
+            self._answered = False
+            self._unanswered.clear()
+            watch.progressed()
+        elif watch.stuck():
+            old = self._producer
+            old.purge(in_queue=True, in_flight=False, blocking=False)
+            old.poll(0)
+            if len(old):
+                return  # sent messages still await their answer or timeout
+            self._producer = self._open()
+            self._retired.append((old, time.monotonic() + 1.0))
+            watch.replaced()
+
+    def _serve_retired(self) -> None:
+        now, kept = time.monotonic(), []
+        for old, until in self._retired:
+            old.purge(in_queue=True, in_flight=False, blocking=False)
+            old.poll(0)
+            if now < until or len(old):
+                kept.append((old, until))
+        self._retired = kept
 
     def flush(self, timeout: float) -> int:
         return int(self._producer.flush(timeout))
@@ -144,114 +190,34 @@ class ConfluentProducer:
     def close(self) -> None:
         # Deliberately no flush: the engine decides how long to wait for in-flight records.
         self._producer.poll(0)
-
-
-class ConfluentLeaderConsumer:
-    def __init__(self, config: KafkaConfigMap, heartbeat_timeout_ms: int | None = None) -> None:
-        cfg = _client_config(config)
-        # librdkafka's statistics say whether any broker connection is up: the readiness signal
-        # (the consumer protocol's statistics list the brokers alike).
-        cfg.setdefault("statistics.interval.ms", 1000)
-        cfg["stats_cb"] = self._on_stats
-        cfg["error_cb"] = self._on_error
-        self.connected: bool | None = None
-        # A connection that is up but has not answered a waiting request for this long counts
-        # as down: a frozen or overloaded broker keeps its sockets open, and librdkafka only
-        # times the requests out after socket.timeout.ms (60 s). This is the heartbeat timeout
-        # that fences a leader: given under the consumer protocol, else a third of the classic
-        # group's session (three heartbeat timeouts).
-        if heartbeat_timeout_ms is None:
-            heartbeat_timeout_ms = int(cfg.get("session.timeout.ms", 45_000)) // 3  # type: ignore[call-overload]
-        self._answer_within_us = max(1_000_000, heartbeat_timeout_ms * 1000)
-        try:
-            self._consumer = Consumer(cfg)
-        except KafkaException as e:
-            raise refused_configuration("consumer", e) from None
-        self._closed = False
-
-    def _on_stats(self, stats_json: str) -> None:
-        try:
-            brokers = json.loads(stats_json).get("brokers", {})
-        except ValueError:
-            return
-        self.connected = any(self._answering(b) for b in brokers.values() if b.get("nodeid", -1) >= 0)
-
-    def _answering(self, broker: dict[str, Any]) -> bool:
-        """Up, and either nothing awaits its answer or it answered recently (rxidle: the
-        microseconds since it last sent anything, -1 if never)."""
-        if broker.get("state") != "UP":
-            return False
-        if not broker.get("waitresp_cnt"):
-            return True
-        idle = broker.get("rxidle", -1)
-        return isinstance(idle, int) and 0 <= idle < self._answer_within_us
-
-    def _on_error(self, err: KafkaError) -> None:
-        if err.code() == KafkaError._ALL_BROKERS_DOWN:
-            self.connected = False
-        log.debug("leader consumer: %s", err.str())
-
-    def subscribe(
-        self,
-        topic: str,
-        on_assign: Callable[[list[int]], None],
-        on_revoke: Callable[[list[int]], None],
-    ) -> None:
-        def assigned(_c: Consumer, partitions: list[TopicPartition]) -> None:
-            on_assign([p.partition for p in partitions])
-
-        def revoked(_c: Consumer, partitions: list[TopicPartition]) -> None:
-            on_revoke([p.partition for p in partitions])
-
-        self._consumer.subscribe([topic], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
-
-    def poll(self, timeout: float) -> int:
-        return len(self.poll_partitions(timeout))
-
-    def poll_partitions(self, timeout: float) -> list[int]:
-        """Serve group callbacks and read what arrived; the partition of every message read."""
-        received: list[int] = []
-        msg = self._consumer.poll(timeout)
-        while msg is not None:
-            err = msg.error()
-            if err is None:
-                received.append(msg.partition() or 0)
-            elif err.fatal():
-                raise KafkaException(err)
-            elif err.code() != KafkaError._PARTITION_EOF:
-                log.debug("leader consumer: %s", err.str())
-            msg = self._consumer.poll(0)
-        return received
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._consumer.close()
-
-
-def _admin(config: KafkaConfigMap) -> AdminClient:
-    admin_cfg = {k: v for k, v in config.items() if not k.startswith(("group.", "enable.auto", "auto.offset"))}
-    try:
-        # The stub admits only scalar values; librdkafka's Python clients also take a `logger`.
-        return AdminClient(_client_config(admin_cfg))  # type: ignore[arg-type]
-    except KafkaException as e:
-        raise refused_configuration("admin client", e) from None
+        for old, _ in self._retired:
+            old.purge(in_queue=True, in_flight=True, blocking=False)
+            old.poll(0)
+        self._retired = []
 
 
 class ConfluentClients:
     """The default :class:`~pyharvest.core.kafka.KafkaClients`, and the
     :class:`~pyharvest.core.group_protocol.GroupSessions` of the consumer group protocol."""
 
-    def __init__(self) -> None:
-        # The heartbeat timeout of each consumer-protocol group whose session was set: its leader
-        # consumer has no session.timeout.ms to read it from.
+    def __init__(self, heal_after: float | None = None) -> None:
+        #: Seconds without progress after which a stuck client is replaced
+        #: (:func:`pyharvest.core.healing.heal_after`); None: never.
+        self.heal_after = heal_after
+        # The heartbeat timeout and session of each consumer-protocol group whose session was
+        # set: its leader consumer has no session.timeout.ms to read them from.
         self._heartbeat_timeouts: dict[str, int] = {}
+        self._sessions: dict[str, int] = {}
 
     def producer(self, config: KafkaConfigMap) -> ConfluentProducer:
-        return ConfluentProducer(config)
+        return ConfluentProducer(config, self.heal_after)
 
     def leader_consumer(self, config: KafkaConfigMap) -> ConfluentLeaderConsumer:
-        return ConfluentLeaderConsumer(config, self._heartbeat_timeouts.get(str(config.get("group.id"))))
+        group = str(config.get("group.id"))
+        heal = self.heal_after
+        if heal is not None and group in self._sessions:  # the broker may have set a longer session
+            heal = max(heal, HEAL_AFTER_SESSIONS * self._sessions[group] / 1000)
+        return ConfluentLeaderConsumer(config, self._heartbeat_timeouts.get(group), heal)
 
     def check_consumer_protocol(self, config: KafkaConfigMap) -> None:
         servers, security = str(config.get("bootstrap.servers", "")), str(config.get("security.protocol", "plaintext"))
@@ -289,6 +255,7 @@ class ConfluentClients:
         self, config: KafkaConfigMap, group_id: str, session: GroupSession, timeout: float = 10.0
     ) -> None:
         self._heartbeat_timeouts[group_id] = session.heartbeat_timeout_ms
+        self._sessions[group_id] = session.session_ms
         resource = ConfigResource(ResourceType.GROUP, group_id, incremental_configs=[
             ConfigEntry(name, str(value), incremental_operation=AlterConfigOpType.SET)
             for name, value in (("consumer.session.timeout.ms", session.session_ms),

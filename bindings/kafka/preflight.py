@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from confluent_kafka import Consumer, KafkaException, Producer
 
-from pyharvest.bindings.kafka.confluent import refused_configuration
+from pyharvest.bindings.kafka.admin import refused_configuration
 from pyharvest.bindings.kafka.logs import librdkafka_logger
 from pyharvest.core.errors import KafkaPropertyError, TopicError
 

@@ -11,13 +11,12 @@ from collections.abc import Sequence
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import NewPartitions, NewTopic  # type: ignore[attr-defined]
 
-from pyharvest.bindings.kafka.confluent import (
-    ConfluentClients,
-    ConfluentProducer,
-    _admin,
-    _client_config,
-    refused_configuration,
-)
+from pyharvest.bindings.kafka.admin import admin_client as _admin
+from pyharvest.bindings.kafka.admin import client_config as _client_config
+from pyharvest.bindings.kafka.admin import refused_configuration
+from pyharvest.bindings.kafka.confluent import ConfluentClients, ConfluentProducer
+from pyharvest.bindings.kafka.probes import partitions_probe
+from pyharvest.core.healing import ProgressWatch
 from pyharvest.core.kafka import DeliveryCallback, KafkaConfigMap, ProduceError, TopicError, TransactionError
 
 __all__ = [
@@ -70,7 +69,22 @@ def transaction_error(e: KafkaException) -> TransactionError:
 
 class ConfluentTransactionalProducer(ConfluentProducer):
     """A producer with a ``transactional.id``. Only the thread running its transactions
-    produces and polls it: no other thread serves its delivery reports."""
+    produces and polls it: no other thread serves its delivery reports.
+
+    With ``heal_after`` (seconds), a producer whose transactions kept failing for that long,
+    none committed, while the leaders of the partitions it failed to write answer a fresh
+    client, refuses the next :meth:`begin_transaction` with a fatal :class:`TransactionError`:
+    the engine gives it up and takes over afresh with a new producer, as after any fatal error
+    (:mod:`pyharvest.core.healing`)."""
+
+    def __init__(self, config: KafkaConfigMap, heal_after: float | None = None) -> None:
+        super().__init__(config)  # not healed as a producer: the engine replaces this one
+        self._transactions_watch = None if heal_after is None else ProgressWatch(
+            "transactional_producer", heal_after, partitions_probe(config, lambda: tuple(self._unanswered))
+        )
+        #: Whether the last transaction committed (or none began yet): the clock runs only
+        #: across transactions that did not, never while the outbox is idle.
+        self._committed = True
 
     def produce(
         self,
@@ -98,10 +112,20 @@ class ConfluentTransactionalProducer(ConfluentProducer):
         self._call("init_transactions", timeout)
 
     def begin_transaction(self) -> None:
+        watch = self._transactions_watch
+        if watch is not None:
+            if self._committed:
+                watch.progressed()
+            elif watch.stuck():
+                watch.replaced("its transactions kept failing")
+                raise TransactionError("fatal", f"no transaction committed for {watch.after:.0f}s while the cluster "
+                                                "answers a fresh client: replacing the producer")
+            self._committed = False
         self._call("begin_transaction")
 
     def commit_transaction(self, timeout: float) -> None:
         self._call("commit_transaction", timeout)
+        self._committed = True
 
     def abort_transaction(self, timeout: float) -> None:
         self._call("abort_transaction", timeout)
@@ -293,7 +317,7 @@ class ConfluentTransactionalClients(ConfluentClients):
     :class:`pyharvest.Harvest` uses."""
 
     def transactional_producer(self, config: KafkaConfigMap) -> ConfluentTransactionalProducer:
-        return ConfluentTransactionalProducer(config)
+        return ConfluentTransactionalProducer(config, self.heal_after)
 
     def ensure_progress_topic(self, config: KafkaConfigMap, topic: str, partitions: int, timeout: float = 10.0) -> None:
         ensure_progress_topic(config, topic, partitions, timeout)

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
+from pyharvest.core.healing import restarts
+
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
@@ -175,6 +177,24 @@ def _binding_of(harvest: HarvestEngine) -> object | None:
     return binding
 
 
+#: The clients a heal may replace (pyharvest.core.healing), each shown from 0.
+_HEALED_CLIENTS = ("leader_consumer", "producer", "transactional_producer")
+
+
+def client_restarts(ns: str) -> CounterMetricFamily:
+    """``<ns>_kafka_client_restarts_total``: the process's stuck Kafka clients replaced, by client."""
+    family = CounterMetricFamily(
+        f"{ns}_kafka_client_restarts",
+        "Kafka clients replaced after no progress for three group session timeouts while the cluster answered "
+        "a fresh client, by client.",
+        labels=["client"],
+    )
+    counts = restarts.snapshot()
+    for client in sorted({*_HEALED_CLIENTS, *counts}):
+        family.add_metric([client], float(counts.get(client, 0)))
+    return family
+
+
 def _copy_dict(d: dict[str, int]) -> dict[str, int]:
     for _ in range(5):
         try:
@@ -253,6 +273,8 @@ class HarvestCollector(Collector):
 
         for suffix, attr, doc in _COUNTERS:
             yield CounterMetricFamily(f"{ns}_{suffix}", doc, value=float(getattr(m, attr)))
+
+        yield client_restarts(ns)
 
         errors = CounterMetricFamily(
             f"{ns}_delivery_errors", "Deliveries Kafka refused, by error code.", labels=["code"]

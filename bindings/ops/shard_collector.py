@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from pyharvest.bindings.ops.collector import _COUNTERS, log
+from pyharvest.bindings.ops.collector import _COUNTERS, client_restarts, log
 
 if TYPE_CHECKING:
     from pyharvest.core.sharded import ShardedHarvestEngine
@@ -90,6 +90,7 @@ class ShardedHarvestCollector(Collector):
             yield GaugeMetricFamily(f"{ns}_change_feed_connected",
                                     "1 while the connection listening for the stasher's notifications is up.",
                                     value=1.0 if health.change_feed_connected else 0.0)
+        yield client_restarts(ns)
         engines = sorted(h.engines.items())
         leader = GaugeMetricFamily(f"{ns}_leader", "1 while this process leads the shard.", labels=["shard"])
         in_flight = GaugeMetricFamily(f"{ns}_in_flight_records", "Records sent and not yet acknowledged.",

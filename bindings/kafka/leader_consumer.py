@@ -1,0 +1,181 @@
+"""The leader group's consumer over confluent-kafka (:class:`~pyharvest.core.kafka.LeaderConsumer`),
+which replaces its librdkafka consumer when that one is stuck outside the group."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from pyharvest.bindings.kafka.admin import client_config, refused_configuration
+from pyharvest.bindings.kafka.probes import group_probe
+from pyharvest.core.healing import ProgressWatch
+from pyharvest.core.kafka import KafkaConfigMap
+
+__all__ = ["ConfluentLeaderConsumer"]
+
+log = logging.getLogger("pyharvest.kafka")
+
+_NO_CALLBACK: Callable[[list[int]], None] = lambda partitions: None  # noqa: E731
+
+
+class ConfluentLeaderConsumer:
+    """A member of the leader group.
+
+    With ``heal_after`` (seconds), a librdkafka consumer that has not been a steady member of
+    the group for that long, while the group's coordinator describes the group to a fresh
+    client, is closed and replaced by a new one, which joins afresh (seen: after the broker
+    froze and reloaded its group coordinator, librdkafka's consumer sometimes never rejoined).
+    The partitions the old one held are revoked first, inside :meth:`poll`, as a rebalance
+    would; the old one is closed on a thread of its own (a stuck client may not close at once),
+    and nothing it still reports reaches the callbacks."""
+
+    def __init__(
+        self, config: KafkaConfigMap, heartbeat_timeout_ms: int | None = None, heal_after: float | None = None
+    ) -> None:
+        cfg = client_config(config)
+        # librdkafka's statistics say whether any broker connection is up (the readiness signal;
+        # the consumer protocol's statistics list the brokers alike) and whether the consumer is
+        # a steady member of its group (the heal's progress).
+        cfg.setdefault("statistics.interval.ms", 1000)
+        cfg["error_cb"] = self._on_error
+        self._cfg = cfg
+        self.connected: bool | None = None
+        #: How many brokers of the cluster the consumer knows (its last statistics): none, after
+        #: a metadata answer without brokers, until it bootstraps again.
+        self.known_brokers: int | None = None
+        # A connection that is up but has not answered a waiting request for this long counts
+        # as down: a frozen or overloaded broker keeps its sockets open, and librdkafka only
+        # times the requests out after socket.timeout.ms (60 s). This is the heartbeat timeout
+        # that fences a leader: given under the consumer protocol, else a third of the classic
+        # group's session (three heartbeat timeouts).
+        if heartbeat_timeout_ms is None:
+            heartbeat_timeout_ms = int(cfg.get("session.timeout.ms", 45_000)) // 3  # type: ignore[call-overload]
+        self._answer_within_us = max(1_000_000, heartbeat_timeout_ms * 1000)
+        self._steady = False
+        self._assigned: set[int] = set()
+        self._topic: str | None = None
+        self._on_assign = self._on_revoke = _NO_CALLBACK
+        self._watch = None if heal_after is None else ProgressWatch(
+            "leader_consumer", heal_after, group_probe(config, str(config.get("group.id")))
+        )
+        self._consumer = self._open()
+        self._closed = False
+
+    def _open(self) -> Consumer:
+        cfg = dict(self._cfg)
+        consumer: Consumer | None = None
+
+        def stats(stats_json: str) -> None:
+            if consumer is self._consumer:  # not a replaced consumer's last words
+                self._on_stats(stats_json)
+
+        cfg["stats_cb"] = stats
+        try:
+            consumer = Consumer(cfg)
+        except KafkaException as e:
+            raise refused_configuration("consumer", e) from None
+        return consumer
+
+    def _on_stats(self, stats_json: str) -> None:
+        try:
+            stats = json.loads(stats_json)
+        except ValueError:
+            return
+        brokers = [b for b in stats.get("brokers", {}).values() if b.get("nodeid", -1) >= 0]
+        self.known_brokers = len(brokers)
+        self.connected = any(self._answering(b) for b in brokers)
+        group = stats.get("cgrp") or {}
+        self._steady = group.get("state") == "up" and group.get("join_state") == "steady"
+
+    def _answering(self, broker: dict[str, Any]) -> bool:
+        """Up, and either nothing awaits its answer or it answered recently (rxidle: the
+        microseconds since it last sent anything, -1 if never)."""
+        if broker.get("state") != "UP":
+            return False
+        if not broker.get("waitresp_cnt"):
+            return True
+        idle = broker.get("rxidle", -1)
+        return isinstance(idle, int) and 0 <= idle < self._answer_within_us
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+            self.connected = False
+        log.debug("leader consumer: %s", err.str())
+
+    def subscribe(
+        self,
+        topic: str,
+        on_assign: Callable[[list[int]], None],
+        on_revoke: Callable[[list[int]], None],
+    ) -> None:
+        self._topic, self._on_assign, self._on_revoke = topic, on_assign, on_revoke
+        self._subscribe(self._consumer)
+
+    def _subscribe(self, consumer: Consumer) -> None:
+        def assigned(c: Consumer, partitions: list[TopicPartition]) -> None:
+            if c is self._consumer:
+                numbers = [p.partition for p in partitions]
+                self._assigned.update(numbers)
+                self._on_assign(numbers)
+
+        def revoked(c: Consumer, partitions: list[TopicPartition]) -> None:
+            if c is self._consumer:
+                numbers = [p.partition for p in partitions]
+                self._assigned.difference_update(numbers)
+                self._on_revoke(numbers)
+
+        assert self._topic is not None
+        consumer.subscribe([self._topic], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
+
+    def poll(self, timeout: float) -> int:
+        return len(self.poll_partitions(timeout))
+
+    def poll_partitions(self, timeout: float) -> list[int]:
+        """Serve group callbacks and read what arrived; the partition of every message read."""
+        received: list[int] = []
+        consumer = self._consumer
+        msg = consumer.poll(timeout)
+        while msg is not None:
+            err = msg.error()
+            if err is None:
+                received.append(msg.partition() or 0)
+            elif err.fatal():
+                raise KafkaException(err)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                log.debug("leader consumer: %s", err.str())
+            msg = consumer.poll(0)
+        watch = self._watch
+        if watch is not None:
+            if received or self._steady:
+                watch.progressed()
+            elif watch.stuck():
+                self._replace(watch)
+        return received
+
+    def _replace(self, watch: ProgressWatch) -> None:
+        old = self._consumer
+        lost, self._assigned = sorted(self._assigned), set()
+        if lost:  # the old member's partitions are gone with it: the owner steps down first
+            self._on_revoke(lost)
+        self._steady, self.connected, self.known_brokers = False, None, None
+        self._consumer = self._open()
+        self._subscribe(self._consumer)
+        threading.Thread(target=_close, args=(old,), name="pyharvest-close-stuck-consumer", daemon=True).start()
+        watch.replaced(f"{len(lost)} partition(s) revoked" if lost else "")
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._consumer.close()
+
+
+def _close(consumer: Consumer) -> None:
+    try:
+        consumer.close()
+    except Exception as e:  # noqa: BLE001 - it is being discarded anyway
+        log.debug("closing a replaced leader consumer: %s", e)

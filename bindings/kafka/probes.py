@@ -1,0 +1,130 @@
+"""What a fresh client gets from the cluster: the probes behind the heal of a stuck client
+(:class:`~pyharvest.core.healing.ProgressWatch`).
+
+Each probe opens an admin client of the stuck client's own configuration (so it takes the same
+network path: a client cut off from a broker has a probe cut off too) and asks for what the
+stuck client waits on. Run on the watch's thread, never on the client's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable
+
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, OffsetSpec, ResourceType  # type: ignore[attr-defined]
+
+from pyharvest.bindings.kafka.admin import admin_client
+from pyharvest.core.healing import ClusterProbe, ProbeAnswer
+from pyharvest.core.kafka import KafkaConfigMap
+
+__all__ = ["group_probe", "offsets_partition", "partitions_probe"]
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+# What only a consumer or a producer takes, or would make the admin client more than one:
+# left out of the probe's client (librdkafka warns of a property its client does not take).
+_NOT_FOR_A_PROBE = ("session.", "heartbeat.", "partition.assignment", "max.poll", "isolation.", "fetch.",
+                    "statistics.", "transactional.", "enable.idempotence", "debug")
+
+
+def _probe_admin(config: KafkaConfigMap) -> AdminClient:
+    return admin_client(config, _NOT_FOR_A_PROBE)
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, KafkaException) and e.args:
+        err = e.args[0]
+        return f"{err.name()}: {err.str()}" if hasattr(err, "name") else str(err)
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+def offsets_partition(group_id: str, partitions: int) -> int:
+    """The partition of ``__consumer_offsets`` that holds ``group_id`` (whose leader is the
+    group's coordinator): Kafka's ``abs(groupId.hashCode()) % partitions``, with Java's
+    32-bit string hash over UTF-16 code units."""
+    h = 0
+    units = group_id.encode("utf-16-be")
+    for i in range(0, len(units), 2):
+        h = (31 * h + int.from_bytes(units[i:i + 2], "big")) & 0xFFFFFFFF
+    signed = h - (1 << 32) if h & 0x80000000 else h
+    return (0 if signed == -(1 << 31) else abs(signed)) % partitions
+
+
+def _writable(admin: AdminClient, metadata: ClusterMetadata, topic: str, partitions: Iterable[int] | None,
+              timeout: float) -> ProbeAnswer | None:
+    """Why a fresh client cannot write to ``partitions`` of ``topic`` (every partition: None),
+    or None if it can: each has a leader and at least ``min.insync.replicas`` in-sync replicas."""
+    found = metadata.topics.get(topic)
+    if found is None:
+        return ProbeAnswer(False, f"topic {topic!r} is not in the metadata")
+    if found.error is not None:
+        return ProbeAnswer(False, f"topic {topic!r}: {found.error.str()}")
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    entry = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout).get(
+        "min.insync.replicas")
+    min_isr = int(entry.value) if entry is not None and entry.value is not None else 1
+    for p in sorted(found.partitions) if partitions is None else partitions:
+        part = found.partitions.get(p)
+        if part is None or part.leader < 0:
+            return ProbeAnswer(False, f"partition {p} of {topic!r} has no leader")
+        if len(part.isrs) < min_isr:
+            return ProbeAnswer(False, f"partition {p} of {topic!r} has {len(part.isrs)} in-sync replica(s) and "
+                                      f"min.insync.replicas is {min_isr}: Kafka refuses its writes "
+                                      "(NOT_ENOUGH_REPLICAS)")
+    return None
+
+
+def group_probe(config: KafkaConfigMap, group_id: str) -> ClusterProbe:
+    """Whether the group's coordinator describes the group to a fresh client and can write the
+    group's state (its ``__consumer_offsets`` partition has its in-sync replicas): what a
+    leader consumer needs to join."""
+
+    def probe(timeout: float) -> ProbeAnswer:
+        admin = _probe_admin(config)
+        try:
+            found = admin.describe_consumer_groups([group_id], request_timeout=timeout)[group_id].result(timeout)
+            metadata = admin.list_topics(OFFSETS_TOPIC, timeout=timeout)
+            partitions = len(metadata.topics[OFFSETS_TOPIC].partitions)
+            refused = _writable(admin, metadata, OFFSETS_TOPIC, [offsets_partition(group_id, partitions)], timeout)
+        except Exception as e:  # noqa: BLE001 - what does not answer, and why
+            return ProbeAnswer(False, f"group {group_id!r} not described: {_reason(e)}")
+        if refused is not None:
+            return ProbeAnswer(False, f"the coordinator of group {group_id!r} cannot write: {refused.detail}")
+        return ProbeAnswer(True, f"the coordinator {found.coordinator.host}:{found.coordinator.port} describes group "
+                                 f"{group_id!r}: {found.state.name.lower()}, {len(found.members)} member(s)")
+
+    return probe
+
+
+def partitions_probe(config: KafkaConfigMap, topics: Callable[[], Collection[str]]) -> ClusterProbe:
+    """Whether every partition of ``topics()`` (what a producer waits on) has a leader that
+    answers a fresh client and at least ``min.insync.replicas`` in-sync replicas: a producer
+    with ``acks=all`` can write there. With no topic named, whether the cluster answers
+    metadata."""
+
+    def probe(timeout: float) -> ProbeAnswer:
+        admin = _probe_admin(config)
+        wanted = sorted(topics())
+        try:
+            metadata = admin.list_topics(timeout=timeout)
+        except Exception as e:  # noqa: BLE001
+            return ProbeAnswer(False, f"no metadata: {_reason(e)}")
+        if not wanted:
+            return ProbeAnswer(True, f"{len(metadata.brokers)} broker(s) answer metadata")
+        partitions: list[TopicPartition] = []
+        try:
+            for topic in wanted:
+                refused = _writable(admin, metadata, topic, None, timeout)
+                if refused is not None:
+                    return refused
+                partitions += [TopicPartition(topic, p) for p in sorted(metadata.topics[topic].partitions)]
+            # ListOffsets goes to each partition's leader: it answers this network path.
+            latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+            asked = admin.list_offsets(dict.fromkeys(partitions, latest), request_timeout=timeout)
+            for future in asked.values():
+                future.result(timeout)
+        except Exception as e:  # noqa: BLE001
+            return ProbeAnswer(False, f"a partition leader does not answer: {_reason(e)}")
+        return ProbeAnswer(True, f"the leaders of {len(partitions)} partition(s) of {', '.join(map(repr, wanted))} "
+                                 "answer, with their in-sync replicas")
+
+    return probe
