@@ -188,7 +188,8 @@ class HarvestEngine(Lifecycle):
         binding = self._binding
         database, database_error = self._database_probe.state(binding)
         feed = binding.feed_connected if self._unwatch is not None and isinstance(binding, ChangeFeed) else None
-        return Health(self._state is State.RUNNING, self.is_leader, broker, database, feed, database_error)
+        return Health(self._state is State.RUNNING, self.is_leader, broker, database, feed, database_error,
+                      getattr(neli, "broker_error", None))
 
     def _open(self) -> None:
         cfg = self.config

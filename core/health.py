@@ -37,10 +37,14 @@ class Health:
     #: Why the database counts as down (the last ping's error, or how long it has not
     #: answered); None while it answers.
     database_error: str | None = None
+    #: Why Kafka counts as down although it answers: it has refused the leader's heartbeats
+    #: for a heartbeat timeout (say, ``NOT_ENOUGH_REPLICAS`` below ``min.insync.replicas``).
+    broker_error: str | None = None
 
     @property
     def ready(self) -> bool:
-        return self.running and self.broker_connected is not False and self.database_connected is not False
+        return (self.running and self.broker_connected is not False and self.broker_error is None
+                and self.database_connected is not False)
 
 
 class DatabaseProbe:

@@ -219,7 +219,7 @@ class ShardGroup:
         self._polled = False
         self._consumer: LeaderConsumer | None = None
         self._producer: Producer | None = None
-        self._heartbeats = Heartbeats(leader_topic, name)
+        self._heartbeats = Heartbeats(leader_topic, name, clock)
 
     @property
     def owned(self) -> frozenset[int]:
@@ -232,6 +232,11 @@ class ShardGroup:
     @property
     def broker_connected(self) -> bool | None:
         return getattr(self._consumer, "connected", None)
+
+    @property
+    def broker_error(self) -> str | None:
+        """Why this member cannot lead although the broker answers (:meth:`Heartbeats.refusal`)."""
+        return self._heartbeats.refusal(self._heartbeat_timeout)
 
     def poll_due(self) -> float:
         """Seconds until the next poll is due (0 if it is due now, or has never run)."""
@@ -417,6 +422,10 @@ class Neli:
     @property
     def broker_connected(self) -> bool | None:
         return self._group.broker_connected
+
+    @property
+    def broker_error(self) -> str | None:
+        return self._group.broker_error
 
     @property
     def since_last_poll(self) -> float:

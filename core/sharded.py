@@ -85,6 +85,7 @@ class ShardedHarvestEngine(Lifecycle):
             database_connected=False if False in database else (True if database else None),
             change_feed_connected=all(feed) if feed else None,
             database_error=next((h.database_error for h in healths if h.database_error), None),
+            broker_error=group.broker_error if group is not None else None,
         )
 
     def _open(self) -> None:
