@@ -270,13 +270,22 @@ class ConfluentClients:
             raise TopicError(f"cannot set the session of group {group_id!r} within {timeout:g}s: {e}") from None
 
     def topic_partitions(self, config: KafkaConfigMap, topic: str, timeout: float = 10.0) -> int:
-        """How many partitions ``topic`` has (0 when it does not exist)."""
+        """How many partitions ``topic`` has (0 when it does not exist).
+
+        Asked right after :meth:`ensure_topic`: on a cluster, a topic just created reaches the
+        brokers' metadata one by one, and a broker that has not heard of it yet answers that it
+        does not exist (seen: a reaper that refused to start, "leader topic has 0 partition(s)"),
+        so an absent topic is asked about again, for up to a few seconds."""
         admin = _admin(config)
-        try:
-            found = admin.list_topics(topic, timeout=timeout).topics.get(topic)
-        except KafkaException as e:
-            raise TopicError(f"cannot read the metadata of topic {topic!r}: {e.args[0].str()}") from None
-        return 0 if found is None or found.error is not None else len(found.partitions)
+        deadline = time.monotonic() + min(timeout, 5.0)
+        while True:
+            try:
+                found = admin.list_topics(topic, timeout=timeout).topics.get(topic)
+            except KafkaException as e:
+                raise TopicError(f"cannot read the metadata of topic {topic!r}: {e.args[0].str()}") from None
+            if (found is not None and found.error is None and found.partitions) or time.monotonic() > deadline:
+                return 0 if found is None or found.error is not None else len(found.partitions)
+            time.sleep(0.1)
 
     def ensure_topic(self, config: KafkaConfigMap, topic: str, partitions: int = 1, timeout: float = 10.0) -> None:
         servers = config.get("bootstrap.servers")

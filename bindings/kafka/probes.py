@@ -7,6 +7,7 @@ stuck client waits on. Run on the watch's thread, never on the client's."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Collection, Iterable
 
 from confluent_kafka import KafkaException, TopicPartition
@@ -26,8 +27,22 @@ _NOT_FOR_A_PROBE = ("session.", "heartbeat.", "partition.assignment", "max.poll"
                     "statistics.", "transactional.", "enable.idempotence", "debug")
 
 
+# librdkafka (2.16) can abort the process when an admin client is destroyed with a request in
+# flight (an assertion on its enqueue-once refcount, seen in tests under broker faults): the
+# probes' admin clients are kept, one per configuration, and every answer is awaited a little
+# longer than its request's own timeout, so that librdkafka has ended the request first.
+_admins: dict[tuple[tuple[str, str], ...], AdminClient] = {}
+_admins_lock = threading.Lock()
+_GRACE = 2.0
+
+
 def _probe_admin(config: KafkaConfigMap) -> AdminClient:
-    return admin_client(config, _NOT_FOR_A_PROBE)
+    key = tuple(sorted((k, repr(v)) for k, v in config.items() if not k.startswith(_NOT_FOR_A_PROBE)))
+    with _admins_lock:
+        admin = _admins.get(key)
+        if admin is None:
+            admin = _admins[key] = admin_client(config, _NOT_FOR_A_PROBE)
+        return admin
 
 
 def _reason(e: BaseException) -> str:
@@ -59,7 +74,7 @@ def _writable(admin: AdminClient, metadata: ClusterMetadata, topic: str, partiti
     if found.error is not None:
         return ProbeAnswer(False, f"topic {topic!r}: {found.error.str()}")
     resource = ConfigResource(ResourceType.TOPIC, topic)
-    entry = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout).get(
+    entry = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout + _GRACE).get(
         "min.insync.replicas")
     min_isr = int(entry.value) if entry is not None and entry.value is not None else 1
     for p in sorted(found.partitions) if partitions is None else partitions:
@@ -81,7 +96,8 @@ def group_probe(config: KafkaConfigMap, group_id: str) -> ClusterProbe:
     def probe(timeout: float) -> ProbeAnswer:
         admin = _probe_admin(config)
         try:
-            found = admin.describe_consumer_groups([group_id], request_timeout=timeout)[group_id].result(timeout)
+            asked = admin.describe_consumer_groups([group_id], request_timeout=timeout)
+            found = asked[group_id].result(timeout + _GRACE)
             metadata = admin.list_topics(OFFSETS_TOPIC, timeout=timeout)
             partitions = len(metadata.topics[OFFSETS_TOPIC].partitions)
             refused = _writable(admin, metadata, OFFSETS_TOPIC, [offsets_partition(group_id, partitions)], timeout)
@@ -121,7 +137,7 @@ def partitions_probe(config: KafkaConfigMap, topics: Callable[[], Collection[str
             latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
             asked = admin.list_offsets(dict.fromkeys(partitions, latest), request_timeout=timeout)
             for future in asked.values():
-                future.result(timeout)
+                future.result(timeout + _GRACE)
         except Exception as e:  # noqa: BLE001
             return ProbeAnswer(False, f"a partition leader does not answer: {_reason(e)}")
         return ProbeAnswer(True, f"the leaders of {len(partitions)} partition(s) of {', '.join(map(repr, wanted))} "
