@@ -45,8 +45,9 @@ class ConfluentLeaderConsumer:
         cfg["error_cb"] = self._on_error
         self._cfg = cfg
         self.connected: bool | None = None
-        #: How many brokers of the cluster the consumer knows (its last statistics): none, after
-        #: a metadata answer without brokers, until it bootstraps again.
+        #: How many brokers the consumer knows, learned or bootstrap (its last statistics): none
+        #: after metadata answers without brokers, until librdkafka bootstraps again (at once the
+        #: first time, then only after ``metadata.recovery.rebootstrap.trigger.ms``, 5 minutes).
         self.known_brokers: int | None = None
         # A connection that is up but has not answered a waiting request for this long counts
         # as down: a frozen or overloaded broker keeps its sockets open, and librdkafka only
@@ -86,9 +87,11 @@ class ConfluentLeaderConsumer:
             stats = json.loads(stats_json)
         except ValueError:
             return
-        brokers = [b for b in stats.get("brokers", {}).values() if b.get("nodeid", -1) >= 0]
-        self.known_brokers = len(brokers)
-        self.connected = any(self._answering(b) for b in brokers)
+        brokers = stats.get("brokers", {}).values()
+        # Learned from the metadata, or the bootstrap servers librdkafka went back to; not its
+        # internal or logical (group coordinator) handles.
+        self.known_brokers = sum(1 for b in brokers if b.get("source") in ("learned", "configured"))
+        self.connected = any(self._answering(b) for b in brokers if b.get("nodeid", -1) >= 0)
         group = stats.get("cgrp") or {}
         self._steady = group.get("state") == "up" and group.get("join_state") == "steady"
 
