@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from pyharvest.bindings.kafka.confluent import ConfluentClients, ConfluentProducer
 from pyharvest.bindings.kafka.embedded import free_port
 from pyharvest.bindings.kafka.transactions import ConfluentTransactionalProducer
