@@ -89,24 +89,36 @@ def _writable(admin: AdminClient, metadata: ClusterMetadata, topic: str, partiti
 
 
 def group_probe(config: KafkaConfigMap, group_id: str) -> ClusterProbe:
-    """Whether the group's coordinator describes the group to a fresh client and can write the
-    group's state (its ``__consumer_offsets`` partition has its in-sync replicas): what a
-    leader consumer needs to join."""
+    """Whether the group's coordinator answers a fresh client and can write the group's state:
+    what a leader consumer needs to join. The coordinator is the leader of the group's
+    ``__consumer_offsets`` partition; it must have its in-sync replicas, and answer a
+    ListOffsets for that partition.
+
+    Not DescribeGroups: librdkafka (2.16) can abort the process on a coordinator request whose
+    coordinator goes away meanwhile (an assertion on its enqueue-once refcount, seen twice while
+    a cluster's coordinator was killed), and a probe runs precisely then."""
 
     def probe(timeout: float) -> ProbeAnswer:
         admin = _probe_admin(config)
         try:
-            asked = admin.describe_consumer_groups([group_id], request_timeout=timeout)
-            found = asked[group_id].result(timeout + _GRACE)
             metadata = admin.list_topics(OFFSETS_TOPIC, timeout=timeout)
-            partitions = len(metadata.topics[OFFSETS_TOPIC].partitions)
-            refused = _writable(admin, metadata, OFFSETS_TOPIC, [offsets_partition(group_id, partitions)], timeout)
+            offsets = metadata.topics.get(OFFSETS_TOPIC)
+            if offsets is None or offsets.error is not None or not offsets.partitions:
+                return ProbeAnswer(False, f"{OFFSETS_TOPIC} is not in the metadata (no group has a coordinator yet)")
+            partition = offsets_partition(group_id, len(offsets.partitions))
+            refused = _writable(admin, metadata, OFFSETS_TOPIC, [partition], timeout)
+            if refused is not None:
+                return ProbeAnswer(False, f"the coordinator of group {group_id!r} cannot write: {refused.detail}")
+            leader = offsets.partitions[partition].leader
+            latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+            asked = admin.list_offsets({TopicPartition(OFFSETS_TOPIC, partition): latest}, request_timeout=timeout)
+            for future in asked.values():
+                future.result(timeout + _GRACE)
         except Exception as e:  # noqa: BLE001 - what does not answer, and why
-            return ProbeAnswer(False, f"group {group_id!r} not described: {_reason(e)}")
-        if refused is not None:
-            return ProbeAnswer(False, f"the coordinator of group {group_id!r} cannot write: {refused.detail}")
-        return ProbeAnswer(True, f"the coordinator {found.coordinator.host}:{found.coordinator.port} describes group "
-                                 f"{group_id!r}: {found.state.name.lower()}, {len(found.members)} member(s)")
+            return ProbeAnswer(False, f"the coordinator of group {group_id!r} does not answer: {_reason(e)}")
+        broker = metadata.brokers.get(leader)
+        where = f"{broker.host}:{broker.port}" if broker is not None else f"node {leader}"
+        return ProbeAnswer(True, f"the coordinator of group {group_id!r} ({where}) answers, with its in-sync replicas")
 
     return probe
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from confluent_kafka.admin import AdminClient
 
+from pyharvest.bindings.kafka.probes import offsets_partition
 from tests.faults.proxy import FaultProxy
 from tests.fixtures.kafka import KAFKA_SCRIPT
 
@@ -126,12 +127,15 @@ class KafkaCluster:
         return {p: int(m.leader) for p, m in parts.items()}
 
     def coordinator_of(self, group: str) -> int | None:
-        """The node that coordinates the group; None while the cluster does not say."""
+        """The node that coordinates the group (the leader of its ``__consumer_offsets``
+        partition); None while it has none. Not DescribeGroups: librdkafka can abort the process
+        on a coordinator request whose coordinator dies meanwhile (seen here twice)."""
         try:
-            found = self.admin().describe_consumer_groups([group], request_timeout=10)[group].result(12)
+            parts = self.admin().list_topics("__consumer_offsets", timeout=10).topics["__consumer_offsets"].partitions
+            leader = int(parts[offsets_partition(group, len(parts))].leader)
         except Exception:  # noqa: BLE001 - a coordinator moving: ask again
             return None
-        return int(found.coordinator.id)
+        return leader if leader >= 0 else None
 
     def under_replicated(self, topics: Iterable[str] | None = None) -> list[str]:
         """The partitions (of ``topics``, else of every topic) whose ISR is not all replicas."""
