@@ -30,6 +30,7 @@ knows nothing of any client library.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 
 from pyharvest.core.group_protocol import wanted_session
 from pyharvest.core.logs import log, one_line
+from pyharvest.core.repeats import CollapsingLogger
 
 __all__ = [
     "HEAL_AFTER_SESSIONS",
@@ -49,6 +51,8 @@ __all__ = [
 ]
 
 HEAL_AFTER_SESSIONS = 3
+
+_kept = CollapsingLogger(log)
 
 
 def heal_after(heartbeat_timeout: float, session_seconds: float | None = None) -> float:
@@ -160,9 +164,10 @@ class ProgressWatch:
             self.last_probe = answer
             if since == self._since:  # no progress meanwhile: the verdict stands
                 self._verdict = answer
-        if not answer.answers:
-            log.info("the Kafka %s has made no progress for %.0fs, but a fresh client fares no better (%s): "
-                     "kept", self.client, self._clock() - since, answer.detail)
+        if not answer.answers:  # through a whole outage: once, then a count now and then
+            _kept.log(logging.INFO, "the Kafka %s has made no progress for %.0fs, but a fresh client fares no "
+                      "better (%s): kept", self.client.replace("_", " "), self._clock() - since, answer.detail,
+                      cause=f"{self.client}: {answer.detail}")
 
     def replaced(self, why: str = "") -> None:
         """The owner replaced the client: log it, count it, start the clock again."""
@@ -170,7 +175,8 @@ class ProgressWatch:
         log.warning(
             "replaced the stuck Kafka %s: no progress for %.0fs (%d group session timeouts)%s, while a fresh "
             "client of the same configuration got answers (%s)",
-            self.client, self._clock() - self._since, HEAL_AFTER_SESSIONS, f", {why}" if why else "",
+            self.client.replace("_", " "), self._clock() - self._since, HEAL_AFTER_SESSIONS,
+            f", {why}" if why else "",
             verdict.detail if verdict is not None else "probe",
         )
         restarts.count(self.client)

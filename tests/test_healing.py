@@ -75,7 +75,7 @@ def test_stuck_once_a_fresh_client_gets_answers(caplog):
         watch.replaced("2 partition(s) revoked")
     assert restarts.snapshot()["leader_consumer"] == before + 1
     line = next(r.getMessage() for r in caplog.records if "replaced the stuck Kafka" in r.getMessage())
-    assert "leader_consumer" in line and "3 group session timeouts" in line and "told so" in line, line
+    assert "leader consumer" in line and "3 group session timeouts" in line and "told so" in line, line
     # the clock starts again: not stuck until another limit has passed
     assert not watch.stuck()
     clock.now += 10
