@@ -19,7 +19,6 @@ import queue
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -27,6 +26,7 @@ import uuid
 from contextlib import ExitStack
 from pathlib import Path
 
+from benchmarks.children import python_code
 from pyharvest.core.durations import parse_duration
 
 # A harvester process: prints "<wall time> <event>" for its start and its leadership events.
@@ -65,7 +65,7 @@ class Harvester:
         self.events: queue.Queue[tuple[float, str]] = queue.Queue()
         self.history: list[tuple[float, str]] = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", CHILD, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            python_code(CHILD, *args), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
         )
         threading.Thread(target=self._read, daemon=True).start()
 

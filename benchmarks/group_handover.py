@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from benchmarks.children import python_module
 from benchmarks.tests_support import create_topic
 from pyharvest.bindings.kafka.confluent import ConfluentClients
 from pyharvest.core.group_protocol import choose_session, shard_client_configs, wanted_session
@@ -84,7 +85,7 @@ class Members:
 
     def start(self, name: str, config: dict[str, Any], topic: str) -> None:
         proc = subprocess.Popen(  # noqa: S603 - this module, fixed arguments
-            [sys.executable, "-m", "benchmarks.group_handover", "--member", json.dumps(config), topic],
+            [*python_module("benchmarks.group_handover"), "--member", json.dumps(config), topic],
             cwd=ROOT, stdout=subprocess.PIPE, text=True,
         )
         self.procs[name] = proc

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+
 DEFAULT_DATABASE = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
@@ -98,7 +99,9 @@ def prefill(url: str, table: str, topic: str, n: int, keys: int, value_bytes: in
 
 def prefill_in_child(args: argparse.Namespace, table: str, topic: str, result: Result) -> None:
     """Prefill from another process, so this one's memory holds only the harvester."""
-    cmd = [sys.executable, "-m", "benchmarks.harvest_bench", "--prefill", table, topic, "--database", args.database,
+    # Imported here: idle_bench imports this module from a script with only benchmarks/ on its path.
+    from benchmarks.children import python_module
+    cmd = [*python_module("benchmarks.harvest_bench"), "--prefill", table, topic, "--database", args.database,
            "--scenario", args.scenario] + (["--quick"] if args.quick else [])
     subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parent.parent,
                    env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent)})
@@ -632,7 +635,9 @@ def parent(args: argparse.Namespace) -> int:
         # Each scenario in every mode before the next scenario: modes compared minutes apart,
         # not the length of a run apart, as this machine's speed drifts.
         for name, delivery in itertools.product(args.scenarios.split(","), args.delivery.split(",")):
-            cmd = [sys.executable, "-m", "benchmarks.harvest_bench", "--child", "--scenario", name,
+            # Imported here: idle_bench imports this module from a script with only benchmarks/ on its path.
+            from benchmarks.children import python_module
+            cmd = [*python_module("benchmarks.harvest_bench"), "--child", "--scenario", name,
                    "--delivery", delivery,
                    "--database", args.database, "--bootstrap", bootstrap, "--rate", str(args.rate),
                    "--duration", str(args.duration), "--limits", args.limits, "--producer-config", args.producer_config]

@@ -59,13 +59,13 @@ from typing import Any
 import sqlalchemy as sa
 import yaml
 
+from benchmarks.broker_process import broker_pids
+from benchmarks.children import python_module
+from benchmarks.tests_support import create_topic
+from benchmarks.topic_check import NUDGE_KEY, read_back
 from pyharvest import OutboxRecord, stasher
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.shards import shard_of
-
-from benchmarks.broker_process import broker_pids
-from benchmarks.tests_support import create_topic
-from benchmarks.topic_check import NUDGE_KEY, read_back
 
 DEFAULT_DATABASE = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 LAYOUTS = ((1, 1), (2, 4), (3, 6))  # (processes, shards)
@@ -168,7 +168,7 @@ class Reaper:
     def __init__(self, config: Path, log: Path) -> None:
         self.log_path = log
         self._log = open(log, "wb")  # noqa: SIM115 - closed in wait()
-        self.proc = subprocess.Popen([sys.executable, "-m", "pyharvest", "-f", str(config)],
+        self.proc = subprocess.Popen([*python_module("pyharvest"), "-f", str(config)],
                                      stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def owned(self, shards: int) -> set[int]:

@@ -6,6 +6,7 @@ key, at least once, with one leader at a time among any number of processes.
 """
 
 from pyharvest._harvest import Harvest, ShardedHarvest
+from pyharvest._version import __version__
 from pyharvest.core.config import Config, Limits
 from pyharvest.core.errors import BindingError, ConfigError, HarvestError
 from pyharvest.core.events import (
@@ -28,8 +29,6 @@ from pyharvest.stasher.errors import (
     OutboxTableMissingError,
     RecordTooLargeError,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "BindingError",

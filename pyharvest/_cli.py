@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from pyharvest._commands.exits import EXIT_OK, EXIT_USAGE, error_exit
 from pyharvest._commands.files import add_file_argument
 from pyharvest._commands.process import run_command, setup_logging
+from pyharvest._version import __version__
 from pyharvest.core.config import POISON_POLICIES, mask_data_source, resolve_section, section_errors
 
 if TYPE_CHECKING:
@@ -183,21 +184,12 @@ def _positive(text: str) -> int:
 Command = Callable[[argparse.Namespace], int]
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("pyharvest")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="reaper",
         description="pyharvest: publish a transactional outbox to Kafka (goharvest-compatible reaper).",
     )
-    parser.add_argument("--version", action="version", version=f"reaper (pyharvest) {_version()}")
+    parser.add_argument("--version", action="version", version=f"reaper (pyharvest) {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser(

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from benchmarks.children import python_module
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -24,7 +25,7 @@ def test_every_scenario_runs_and_verifies(dialect, database_url, kafka_bootstrap
         database_url = f"sqlite:///{tmp_path / 'bench.db'}"
     out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.harvest_bench", "--quick", "--database", database_url,
+        [*python_module("benchmarks.harvest_bench"), "--quick", "--database", database_url,
          "--bootstrap", kafka_bootstrap, "--scenarios", "drain,skew,large,steady,stasher", "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=280,
     )
@@ -45,7 +46,7 @@ def test_both_delivery_modes_run_side_by_side(dialect, database_url, kafka_boots
         pytest.skip("exactly-once needs Apache Kafka; one live database proves the plumbing")
     out = tmp_path / "modes.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.harvest_bench", "--quick", "--database", database_url,
+        [*python_module("benchmarks.harvest_bench"), "--quick", "--database", database_url,
          "--bootstrap", kafka_bootstrap, "--scenarios", "drain,steady", "--delivery", "at-least-once,exactly-once",
          "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=280,
@@ -68,7 +69,7 @@ def test_shard_drain_runs_and_verifies(dialect, database_url, kafka_bootstrap, t
         pytest.skip("the shard benchmark's quick run uses PostgreSQL")
     out = tmp_path / "shards.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.shard_bench", "--quick", "--database", database_url,
+        [*python_module("benchmarks.shard_bench"), "--quick", "--database", database_url,
          "--bootstrap", kafka_bootstrap, "--scenarios", "drain", "--layouts", "1x1,2x4", "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=280,
     )
@@ -90,7 +91,7 @@ def test_idle_benchmark_runs(dialect, database_url, kafka_bootstrap, tmp_path):
     scenarios = "idle,lone" + (",notify-cost" if dialect == "postgresql" else "")
     out = tmp_path / "idle.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.idle_bench", "--database", database_url, "--bootstrap", kafka_bootstrap,
+        [*python_module("benchmarks.idle_bench"), "--database", database_url, "--bootstrap", kafka_bootstrap,
          "--scenarios", scenarios, "--idle-seconds", "1", "--settle", "1", "--lone-records", "5",
          "--notify-seconds", "0.5", "--notify-writers", "1", "--notify-batches", "1", "--notify-rounds", "1",
          "--notify-rate", "0", "--json", str(out)],

@@ -5,11 +5,11 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
 
+from benchmarks.children import python_module
 from pyharvest.bindings.kafka.embedded import free_port
 
 
@@ -23,7 +23,7 @@ def port_open(port: int) -> bool:
 
 def start(port: int) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "pyharvest", "broker", "--port", str(port)],
+        [*python_module("pyharvest"), "broker", "--port", str(port)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 
@@ -71,7 +71,7 @@ def test_a_port_in_use_is_a_one_line_error():
         busy.listen()
         port = busy.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "pyharvest", "broker", "--port", str(port)],
+            [*python_module("pyharvest"), "broker", "--port", str(port)],
             capture_output=True, text=True, timeout=60,
         )
     assert result.returncode == 1
@@ -81,6 +81,6 @@ def test_a_port_in_use_is_a_one_line_error():
 
 def test_a_bad_port_is_a_usage_error():
     result = subprocess.run(
-        [sys.executable, "-m", "pyharvest", "broker", "--port", "99999"], capture_output=True, text=True, timeout=60
+        [*python_module("pyharvest"), "broker", "--port", "99999"], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2 and "TCP port" in result.stderr

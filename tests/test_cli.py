@@ -8,10 +8,12 @@ import sys
 
 import pytest
 
+from benchmarks.children import python_module
+
 
 def reaper(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pyharvest", *args], capture_output=True, text=True, timeout=timeout
+        [*python_module("pyharvest"), *args], capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -180,7 +182,7 @@ def test_inbox_with_an_unreachable_broker_fails_fast_in_one_line(tmp_path):
 
     cfg = write_inbox_yaml(tmp_path, f"127.0.0.1:{free_port()}")
     result = subprocess.run(
-        [sys.executable, "-m", "pyharvest", "inbox", "-f", cfg, "--handler", "shop:apply"],
+        [*python_module("pyharvest"), "inbox", "-f", cfg, "--handler", "shop:apply"],
         capture_output=True, text=True, timeout=60, cwd=tmp_path,
     )
     assert_one_line_error(result, "cannot reach Kafka", "within 10s")
@@ -212,7 +214,7 @@ def test_reaper_collapses_librdkafka_repeats(tmp_path):
 def test_inbox_names_the_key_of_a_kafka_property_librdkafka_refuses(tmp_path):
     cfg = write_inbox_yaml(tmp_path, "127.0.0.1:9", "    session.timeout.ms: 15000000\n")
     result = subprocess.run(
-        [sys.executable, "-m", "pyharvest", "inbox", "-f", cfg, "--handler", "shop:apply"],
+        [*python_module("pyharvest"), "inbox", "-f", cfg, "--handler", "shop:apply"],
         capture_output=True, text=True, timeout=60, cwd=tmp_path,
     )
     assert result.returncode == 2
@@ -304,7 +306,7 @@ def test_run_has_a_description():
 def test_a_reader_that_goes_away_is_no_broken_pipe_traceback():
     # 'reaper schema … | head -1': the reader closes the pipe before reaper writes.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pyharvest", "schema", "--binding", "postgresql", "--statements"],
+        [*python_module("pyharvest"), "schema", "--binding", "postgresql", "--statements"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     assert proc.stdout is not None and proc.stderr is not None

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
 import sqlalchemy as sa
 
+from benchmarks.children import python_module
 from pyharvest import OutboxRecord
 from pyharvest.bindings.sql import create_binding
 from pyharvest.core.binding import QuarantineEntry
@@ -19,7 +19,7 @@ from tests.test_quarantine import stash_all
 
 def reaper(*args: str, env: dict[str, str] | None = None, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pyharvest", *args],
+        [*python_module("pyharvest"), *args],
         capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}, cwd=cwd,
     )
 

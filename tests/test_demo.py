@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
+
+from benchmarks.children import python_module
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
@@ -27,7 +28,7 @@ def orphan_brokers() -> set[str]:
 def test_demo_runs_on_the_embedded_default_and_leaves_nothing_running():
     before = orphan_brokers()
     proc = subprocess.run(
-        [sys.executable, "-m", "pyharvest", "demo", "--records", "3000", "--keys", "50"],
+        [*python_module("pyharvest"), "demo", "--records", "3000", "--keys", "50"],
         capture_output=True, text=True, timeout=220,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]

@@ -35,7 +35,6 @@ import queue
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -43,6 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from benchmarks.children import python_module
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -184,9 +185,9 @@ def test_page_snippets_run(page: Path, pages_bootstrap: str, tmp_path: Path) -> 
         for b in blocks
     ]
     (tmp_path / "blocks.json").write_text(json.dumps(spec), encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-u", "-m", "tests.doc_snippets_driver", "blocks.json"], cwd=tmp_path, env=env,
+        python_module("tests.doc_snippets_driver", "blocks.json"), cwd=tmp_path, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     output: list[str] = []

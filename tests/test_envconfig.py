@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from benchmarks.children import python_module
 from pyharvest.core.config import ReaperConfig
 from pyharvest.core.errors import ConfigError
 from pyharvest.envconfig import apply_env_overrides, env_overrides, load_reaper_config, parse_value
@@ -193,7 +194,7 @@ def test_print_config_reflects_overrides_and_masks_them(tmp_path):
         "PYHARVEST_HARVEST__LIMITS__MAXINFLIGHTRECORDS": "500",
         "PYHARVEST_METRICS__PORT": "9999",
     }
-    result = subprocess.run([sys.executable, "-m", "pyharvest", "-f", str(path), "--print-config"],
+    result = subprocess.run([*python_module("pyharvest"), "-f", str(path), "--print-config"],
                             capture_output=True, text=True, timeout=60, env=env, cwd=Path(__file__).parent.parent)
     assert result.returncode == 0, result.stderr
     printed = yaml.safe_load(result.stdout)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -15,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
+from benchmarks.children import python_module
 from pyharvest import OutboxRecord, stasher
 from pyharvest.bindings.sql import create_outbox_table
 from tests.kafka_tools import create_topic, read_topic, values_per_key
@@ -31,7 +31,7 @@ class Reaper:
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pyharvest", "-f", str(config_path)],
+            [*python_module("pyharvest"), "-f", str(config_path)],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -4,14 +4,15 @@ the database without connecting to it, through the real command."""
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
+
+from benchmarks.children import python_module
 
 
 def reaper(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pyharvest", *args], capture_output=True, text=True, timeout=120, check=False
+        [*python_module("pyharvest"), *args], capture_output=True, text=True, timeout=120, check=False
     )
 
 

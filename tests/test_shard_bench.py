@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.children import python_module
 from benchmarks.shard_bench import FailoverRun, SteadyWriter, measure_outage
 from pyharvest.core.shards import shard_of
 
@@ -79,12 +80,11 @@ def test_the_broker_acknowledgement_check_runs_and_reads_everything_back(tmp_pat
     """``benchmarks/broker_acks.py`` at toy size, on an embedded broker of its own that it
     pauses once: every acknowledged message is read back (after a write, if the broker hid some)."""
     import subprocess
-    import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.broker_acks", "--producers", "2", "--messages", "3000",
+        [*python_module("benchmarks.broker_acks"), "--producers", "2", "--messages", "3000",
          "--replacements", "1", "--pauses", "1", "--pause-seconds", "0.5", "--read-timeout", "30"],
         cwd=root, capture_output=True, text=True, timeout=240,
     )
@@ -99,13 +99,12 @@ def test_the_group_handover_check_hands_a_stopped_members_partitions_to_the_othe
     incremental rebalancing left them their own throughout. No timing is asserted."""
     import json
     import subprocess
-    import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
     out = tmp_path / "handover.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.group_handover", "--bootstrap", kafka_bootstrap, "--rounds", "1",
+        [*python_module("benchmarks.group_handover"), "--bootstrap", kafka_bootstrap, "--rounds", "1",
          "--heartbeat-timeout", "2", "--json", str(out)],
         cwd=root, capture_output=True, text=True, timeout=240,
     )

@@ -11,13 +11,13 @@ A sharded harvester refuses a table that is not ready, naming the command that r
 from __future__ import annotations
 
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
+from benchmarks.children import python_module
 from pyharvest import Config, Harvest, Limits, OutboxTableChangedError
 from pyharvest.bindings.sql import create_binding, create_outbox_table
 from pyharvest.bindings.sql.shard_schema import key_hash_guard_name
@@ -111,7 +111,7 @@ def test_a_writer_running_through_init_db_shards_keeps_every_key_in_one_shard(
         return [(k, v.encode()) for k, v in (line.split(" ") for line in lines)]
 
     writer = subprocess.Popen(
-        [sys.executable, "-m", "tests.stash_writer", database_url, table_name, topic_name, str(out), str(stop)],
+        [*python_module("tests.stash_writer"), database_url, table_name, topic_name, str(out), str(stop)],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,
     )
     group = f"migrate-{uuid.uuid4().hex[:8]}"

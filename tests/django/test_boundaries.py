@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
+from benchmarks.children import python_code
 from tests.test_layering import ROOT, offending
 
 
@@ -24,5 +24,5 @@ def test_importing_pyharvest_loads_neither() -> None:
         "import sys, pyharvest, pyharvest.stasher, pyharvest._cli, pyharvest._harvest, pyharvest.bindings.sql; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'alembic')))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    out = subprocess.run(python_code(code), capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert out.strip() == "[]"

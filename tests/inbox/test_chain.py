@@ -21,7 +21,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -31,6 +30,7 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
+from benchmarks.children import python_module
 from pyharvest import OutboxRecord, stasher
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.verify import verify_topic
@@ -50,9 +50,7 @@ class InboxProcess:
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "pyharvest",
+                *python_module("pyharvest"),
                 "inbox",
                 "-f",
                 str(config),
@@ -153,7 +151,7 @@ def test_chain_exactly_once_under_crashes(tmp_path, kafka_bootstrap, database_ur
             }
         )
     )
-    env = {**os.environ, "CHAIN_PREFIX": prefix, "CHAIN_TOPIC2": topic2, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "CHAIN_PREFIX": prefix, "CHAIN_TOPIC2": topic2, }
 
     expected_sum = dict.fromkeys(keys, 0)
     sequence = dict.fromkeys(keys, 0)

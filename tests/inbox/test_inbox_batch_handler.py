@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
+from benchmarks.children import python_module
 from pyharvest.inbox import Inbox, InboxMessage, InboxTables, request_replay
 from tests.inbox.batch_handler import log_table
 from tests.inbox.helpers import identity, inbox_config, produce, wait_for
@@ -48,7 +49,7 @@ class InboxProcess:
         self.log_path = log_path
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pyharvest", "inbox", "-f", str(config), *HANDLER],
+                [*python_module("pyharvest"), "inbox", "-f", str(config), *HANDLER],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -126,7 +127,7 @@ def test_each_message_applied_once_through_a_kill_inside_a_transaction(
         )
     )
     stall = tmp_path / "stalled"
-    env = {**os.environ, "BATCH_PREFIX": table_name, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "BATCH_PREFIX": table_name, }
     first = InboxProcess(
         config, tmp_path / "first.log", {**env, "BATCH_STALL_FILE": str(stall), "BATCH_STALL_AFTER": "5"}
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from confluent_kafka import Producer
 from pyspark.sql.types import StructType
 
+from benchmarks.children import python_module
 from pyharvest import Config, Harvest, Limits
 from pyharvest.bindings.spark import OUTBOX_HEADER, RECORD_ID_HEADER, ExactlyOnceSink, kafka_package
 from pyharvest.bindings.spark.exactly_once import insert_rows
@@ -32,7 +33,6 @@ from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(params=SOURCES)
@@ -81,8 +81,8 @@ def _produce(bootstrap: str, topic: str, n: int, republish_every: int) -> int:
 
 def _driver(args: list[str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.spark.stream_driver", *args],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        [*python_module("tests.spark.stream_driver"), *args],
+        cwd=tempfile.gettempdir(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )
 
 
