@@ -59,7 +59,7 @@ from benchmarks.shard_bench import SteadyWriter, backlog, drop, start_reapers, w
 from benchmarks.topic_check import read_back
 from pyharvest import OutboxRecord, stasher
 from pyharvest.bindings.sql import create_outbox_table
-from tests.faults.cluster import CLUSTER_ENV, KafkaCluster
+from tests.helpers.faults.cluster import CLUSTER_ENV, KafkaCluster
 
 DEFAULT_DATABASE = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DEFAULT_CLUSTER = "127.0.0.1:19192,127.0.0.1:19194,127.0.0.1:19196"  # make kafka-cluster
@@ -141,7 +141,7 @@ class Outbox:
         died = [r.log_path.name for r in self.reapers if r.proc.returncode not in (0, None)]
         report, _ = read_back(self.cluster.bootstrap_servers, self.topic, expected, timeout=120, nudge_missing=False)
         run.lost, run.reordered, run.duplicates = report.lost_count, report.reorder_count, report.duplicate_count
-        if died or not report.ok and (report.lost_count or report.reorder_count):
+        if died or (not report.ok and (report.lost_count or report.reorder_count)):
             raise RuntimeError(f"{run.scenario} round {run.round}: {report}; reapers that failed: {died}")
         drop(self.args.database, self.table)
         self.cluster.delete_topics([self.topic, f"{self.group}.neli", f"{self.group}.progress"])

@@ -23,9 +23,7 @@ They run in the ``cluster`` tox environment, one at a time and beside no other e
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,12 +34,12 @@ import yaml
 from benchmarks.topic_check import read_back
 from pyharvest.bindings.kafka.embedded import free_port
 from pyharvest.bindings.sql import create_outbox_table
-from tests.faults.cluster import KafkaCluster
-from tests.kafka_tools import create_topic
-from tests.test_failover import Reaper, wait_for
-from tests.test_faults import Writer
-from tests.test_harvest_e2e import outbox_count
-from tests.test_sharded_chaos import shards_of
+from tests.helpers.faults.cluster import KafkaCluster
+from tests.helpers.ops import metric_total, readyz
+from tests.helpers.outbox import Writer, outbox_count
+from tests.helpers.reapers import Reaper, shards_of
+from tests.helpers.topics import create_topic
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.timeout(480)]
 
@@ -54,22 +52,6 @@ def cluster(kafka_cluster: KafkaCluster, dialect: str) -> Iterator[KafkaCluster]
         pytest.skip("the cluster's faults are dialect-independent: PostgreSQL covers them")
     kafka_cluster.heal()  # a failed test may have left a node down
     yield kafka_cluster
-
-
-def readyz(port: int) -> tuple[int, dict]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:  # noqa: S310
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-    except OSError as e:
-        return -1, {"error": str(e)}
-
-
-def metric_total(port: int, name: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:  # noqa: S310
-        text = r.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
 
 class Harvesters:
@@ -151,18 +133,18 @@ class Fleet:
     def run(self, fault: Callable[[Fleet], None]) -> None:
         try:
             for h in self.runs:
-                wait_for(h.leading, 90, f"both {h.delivery} reapers to lead shards")
+                wait_until(h.leading, 90, f"both {h.delivery} reapers to lead shards")
             for h in self.runs:
                 h.writer.start()
-            wait_for(lambda: self.written() > 2000 and self.outbox() < self.written() - 1000, 60,
+            wait_until(lambda: self.written() > 2000 and self.outbox() < self.written() - 1000, 60,
                      "the writers' records to flow")
             fault(self)
             self.cluster.wait_full_isr()
             written = self.written()
-            wait_for(lambda: self.written() > written + 400, 30, "records written after the fault, too")
+            wait_until(lambda: self.written() > written + 400, 30, "records written after the fault, too")
             for h in self.runs:
                 h.writer.stop()
-            wait_for(lambda: self.outbox() == 0, 180, "the outboxes to drain after the fault")
+            wait_until(lambda: self.outbox() == 0, 180, "the outboxes to drain after the fault")
             died = [h.logs() for h in self.runs if any(r.proc.poll() is not None for r in h.reapers)]
             assert not died, f"a reaper exited: {died}"
             quarantined = sum(metric_total(p, "pyharvest_records_quarantined_total") for p in self.ops_ports)
@@ -195,7 +177,7 @@ def test_the_partition_leader_and_then_the_coordinator_killed(fleet: Fleet):
     def crash(h: Fleet, victim: int, moved: Callable[[], bool], what: str) -> None:
         h.cluster.kill(victim)
         # A crash: the node stays down until the cluster has moved on without it.
-        wait_for(moved, 60, what)
+        wait_until(moved, 60, what)
         h.cluster.start(victim)
         h.cluster.wait_full_isr()
 
@@ -223,12 +205,12 @@ def test_two_nodes_down_below_min_isr_then_one_back(fleet: Fleet):
             return any(code == 503 and "NOT_ENOUGH_REPLICAS" in body.get("errors", {}).get("broker", "")
                        for code, body in answers)
 
-        wait_for(says_why, 60, "/readyz to say why the harvester cannot publish")
+        wait_until(says_why, 60, "/readyz to say why the harvester cannot publish")
         left = [outbox_count(r.url, r.table) for r in h.runs]
         h.cluster.start(first)  # min.insync.replicas met again
-        wait_for(lambda: all(outbox_count(r.url, r.table) < n for r, n in zip(h.runs, left, strict=True)), 90,
+        wait_until(lambda: all(outbox_count(r.url, r.table) < n for r, n in zip(h.runs, left, strict=True)), 90,
                  "records to flow with one node back")
-        wait_for(lambda: all(readyz(p)[0] == 200 for p in h.ops_ports), 60, "/readyz to say ready again")
+        wait_until(lambda: all(readyz(p)[0] == 200 for p in h.ops_ports), 60, "/readyz to say ready again")
         h.cluster.start(second)
 
     fleet.run(below_min_isr)

@@ -1,4 +1,4 @@
-"""The heal's policy (pyharvest.core.healing), on a fake clock: a client is replaced only after
+"""The heal's policy (pyharvest.core.ports.stuck_clients), on a fake clock: a client is replaced only after
 no progress for three group session timeouts, and only while a fresh client fares better."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import threading
 
 import pytest
 
-from pyharvest.core.healing import HEAL_AFTER_SESSIONS, ProbeAnswer, ProgressWatch, heal_after, restarts
-from tests.test_failover import wait_for
+from pyharvest.core.ports.stuck_clients import HEAL_AFTER_SESSIONS, ProbeAnswer, ProgressWatch, heal_after
+from pyharvest.core.telemetry.client_restarts import restarts
+from tests.helpers.waiting import wait_until
 
 
 class Clock:
@@ -44,8 +45,8 @@ def settle(watch: ProgressWatch, probe: Probe) -> bool:
     if watch.stuck():
         return True
     if probe.calls > calls or watch._probing:
-        wait_for(probe.done.is_set, 5, "the probe")
-        wait_for(lambda: not watch._probing, 5, "the probe's verdict")
+        wait_until(probe.done.is_set, 5, "the probe")
+        wait_until(lambda: not watch._probing, 5, "the probe's verdict")
     return watch.stuck()
 
 
@@ -88,7 +89,8 @@ def test_kept_while_a_fresh_client_fares_no_better(caplog):
     clock.now += 30
     with caplog.at_level(logging.INFO, logger="pyharvest"):
         assert not settle(watch, probe)
-    assert any("fares no better" in r.getMessage() for r in caplog.records)
+        # logged by the probe's thread once its verdict is in
+        wait_until(lambda: any("fares no better" in r.getMessage() for r in caplog.records), 5, "the log line")
     # probed again at most every limit / 3, and replaced as soon as the cluster answers
     assert not watch.stuck() and probe.calls == 1
     clock.now += 6.1
@@ -105,7 +107,7 @@ def test_progress_meanwhile_voids_the_verdict():
     assert not watch.stuck()  # starts the probe, which is held: stuck() did not wait on it
     watch.progressed()  # the client recovered by itself while the probe ran
     probe.release.set()
-    wait_for(lambda: not watch._probing, 5, "the probe")
+    wait_until(lambda: not watch._probing, 5, "the probe")
     assert not watch.stuck()
 
 
@@ -118,7 +120,7 @@ def test_a_probe_that_raises_counts_as_no_answer():
     watch = ProgressWatch("producer", 18.0, probe, clock=clock)
     clock.now += 20
     assert not watch.stuck()
-    wait_for(lambda: watch.last_probe is not None, 5, "the probe")
+    wait_until(lambda: watch.last_probe is not None, 5, "the probe")
     assert watch.last_probe == ProbeAnswer(False, "OSError: unreachable")
     assert not watch.stuck()
 

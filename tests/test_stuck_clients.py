@@ -1,8 +1,8 @@
-"""Stuck Kafka clients are replaced (pyharvest.core.healing, through the confluent-kafka binding).
+"""Stuck Kafka clients are replaced (pyharvest.core.ports.stuck_clients, through the confluent-kafka binding).
 
 The stuck leader consumer is made on cue: a proxy answers its metadata requests, for a moment,
 with a cluster of no brokers (what a lone Apache Kafka node answers right after its controller
-fenced it: tests/faults/metadata_proxy.py), and librdkafka forgets the only broker it knew.
+fenced it: tests/helpers/faults/metadata_proxy.py), and librdkafka forgets the only broker it knew.
 Without the heal it would bootstrap again only after 5 minutes; a consumer beside it without
 the heal shows that it stays stuck. The producers' heals are driven with a probe that says
 the cluster answers while their own connection is black-holed.
@@ -20,15 +20,16 @@ import pytest
 from pyharvest.bindings.kafka.confluent import ConfluentClients, ConfluentProducer
 from pyharvest.bindings.kafka.embedded import free_port
 from pyharvest.bindings.kafka.transactions import ConfluentTransactionalProducer
-from pyharvest.core.group_protocol import leader_client_configs
-from pyharvest.core.healing import ProbeAnswer, restarts
-from pyharvest.core.kafka import DeliveryError, TransactionError
-from tests.faults.apache import ApacheKafka
-from tests.faults.kafka import proxied_broker
-from tests.faults.metadata_proxy import MetadataProxy
-from tests.fixtures.kafka import on_embedded_broker
-from tests.kafka_tools import create_topic
-from tests.waiting import wait_until
+from pyharvest.core.election.group_protocol import leader_client_configs
+from pyharvest.core.ports.kafka import DeliveryError, TransactionError
+from pyharvest.core.ports.stuck_clients import ProbeAnswer
+from pyharvest.core.telemetry.client_restarts import restarts
+from tests.helpers.faults.apache import ApacheKafka
+from tests.helpers.faults.kafka import proxied_broker
+from tests.helpers.faults.metadata_proxy import MetadataProxy
+from tests.helpers.fixtures.kafka import on_embedded_broker
+from tests.helpers.topics import create_topic
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 

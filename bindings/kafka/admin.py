@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient
 
 from pyharvest.bindings.kafka.logs import librdkafka_logger
 from pyharvest.core.errors import KafkaPropertyError
-from pyharvest.core.kafka import KafkaConfigMap, TopicError
+from pyharvest.core.ports.kafka import KafkaConfigMap, TopicError
 
 __all__ = ["admin_client", "client_config", "refused_configuration"]
 

@@ -23,9 +23,9 @@ from pyharvest.bindings.kafka.admin import refused_configuration
 from pyharvest.bindings.kafka.api_versions import CONSUMER_GROUP_HEARTBEAT, broker_api_keys
 from pyharvest.bindings.kafka.leader_consumer import ConfluentLeaderConsumer
 from pyharvest.bindings.kafka.probes import partitions_probe
-from pyharvest.core.group_protocol import GroupSession, SessionBounds
-from pyharvest.core.healing import HEAL_AFTER_SESSIONS, ProgressWatch
-from pyharvest.core.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap, ProduceError, TopicError
+from pyharvest.core.election.group_protocol import GroupSession, SessionBounds
+from pyharvest.core.ports.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap, ProduceError, TopicError
+from pyharvest.core.ports.stuck_clients import HEAL_AFTER_SESSIONS, ProgressWatch
 
 __all__ = ["ConfluentClients", "ConfluentLeaderConsumer", "ConfluentProducer", "delivery_error"]
 
@@ -76,7 +76,7 @@ def delivery_error(err: KafkaError) -> DeliveryError:
 class ConfluentProducer:
     """A producer. With ``heal_after`` (seconds), a librdkafka producer whose messages got no
     answer from any broker for that long, while their partitions' leaders answer a fresh client
-    and have their in-sync replicas, is replaced by a new one (:mod:`pyharvest.core.healing`).
+    and have their in-sync replicas, is replaced by a new one (:mod:`pyharvest.core.ports.stuck_clients`).
 
     The replacement keeps every message's one delivery report: what was not sent yet is purged
     (each gets a failed, retriable report, as after :meth:`abandon`); messages already sent
@@ -197,12 +197,12 @@ class ConfluentProducer:
 
 
 class ConfluentClients:
-    """The default :class:`~pyharvest.core.kafka.KafkaClients`, and the
-    :class:`~pyharvest.core.group_protocol.GroupSessions` of the consumer group protocol."""
+    """The default :class:`~pyharvest.core.ports.kafka.KafkaClients`, and the
+    :class:`~pyharvest.core.election.group_protocol.GroupSessions` of the consumer group protocol."""
 
     def __init__(self, heal_after: float | None = None) -> None:
         #: Seconds without progress after which a stuck client is replaced
-        #: (:func:`pyharvest.core.healing.heal_after`); None: never.
+        #: (:func:`pyharvest.core.ports.stuck_clients.heal_after`); None: never.
         self.heal_after = heal_after
         # The heartbeat timeout and session of each consumer-protocol group whose session was
         # set: its leader consumer has no session.timeout.ms to read them from.

@@ -1,4 +1,4 @@
-"""The inbox's Kafka consumer on confluent-kafka: :class:`~pyharvest.inbox.ports.InboxConsumer`.
+"""The inbox's Kafka consumer on confluent-kafka: :class:`~pyharvest.core.inbox.ports.InboxConsumer`.
 
 Guarantee: offsets live in the inbox's database, never in Kafka. Kafka is told not to move
 or store offsets itself; an assigned partition is sought to the offset the inbox's listener

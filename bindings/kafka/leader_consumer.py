@@ -1,4 +1,4 @@
-"""The leader group's consumer over confluent-kafka (:class:`~pyharvest.core.kafka.LeaderConsumer`),
+"""The leader group's consumer over confluent-kafka (:class:`~pyharvest.core.ports.kafka.LeaderConsumer`),
 which replaces its librdkafka consumer when that one is stuck outside the group."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from pyharvest.bindings.kafka.admin import client_config, refused_configuration
 from pyharvest.bindings.kafka.probes import group_probe
-from pyharvest.core.healing import ProgressWatch
-from pyharvest.core.kafka import KafkaConfigMap
+from pyharvest.core.ports.kafka import KafkaConfigMap
+from pyharvest.core.ports.stuck_clients import ProgressWatch
 
 __all__ = ["ConfluentLeaderConsumer"]
 

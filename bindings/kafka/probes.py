@@ -1,5 +1,5 @@
 """What a fresh client gets from the cluster: the probes behind the heal of a stuck client
-(:class:`~pyharvest.core.healing.ProgressWatch`).
+(:class:`~pyharvest.core.ports.stuck_clients.ProgressWatch`).
 
 Each probe opens an admin client of the stuck client's own configuration (so it takes the same
 network path: a client cut off from a broker has a probe cut off too) and asks for what the
@@ -14,8 +14,8 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, OffsetSpec, ResourceType  # type: ignore[attr-defined]
 
 from pyharvest.bindings.kafka.admin import admin_client
-from pyharvest.core.healing import ClusterProbe, ProbeAnswer
-from pyharvest.core.kafka import KafkaConfigMap
+from pyharvest.core.ports.kafka import KafkaConfigMap
+from pyharvest.core.ports.stuck_clients import ClusterProbe, ProbeAnswer
 
 __all__ = ["group_probe", "offsets_partition", "partitions_probe"]
 

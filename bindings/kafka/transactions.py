@@ -1,5 +1,5 @@
 """confluent-kafka's transactions behind the engine's exactly-once protocols
-(:class:`~pyharvest.core.kafka.TransactionalProducer`, the progress topic's read and creation)."""
+(:class:`~pyharvest.core.ports.kafka.TransactionalProducer`, the progress topic's read and creation)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from pyharvest.bindings.kafka.admin import client_config as _client_config
 from pyharvest.bindings.kafka.admin import refused_configuration
 from pyharvest.bindings.kafka.confluent import ConfluentClients, ConfluentProducer
 from pyharvest.bindings.kafka.probes import partitions_probe
-from pyharvest.core.healing import ProgressWatch
-from pyharvest.core.kafka import DeliveryCallback, KafkaConfigMap, ProduceError, TopicError, TransactionError
+from pyharvest.core.ports.kafka import DeliveryCallback, KafkaConfigMap, ProduceError, TopicError, TransactionError
+from pyharvest.core.ports.stuck_clients import ProgressWatch
 
 __all__ = [
     "ConfluentTransactionalClients",
@@ -75,7 +75,7 @@ class ConfluentTransactionalProducer(ConfluentProducer):
     none committed, while the leaders of the partitions it failed to write answer a fresh
     client, refuses the next :meth:`begin_transaction` with a fatal :class:`TransactionError`:
     the engine gives it up and takes over afresh with a new producer, as after any fatal error
-    (:mod:`pyharvest.core.healing`)."""
+    (:mod:`pyharvest.core.ports.stuck_clients`)."""
 
     def __init__(self, config: KafkaConfigMap, heal_after: float | None = None) -> None:
         super().__init__(config)  # not healed as a producer: the engine replaces this one
@@ -313,7 +313,7 @@ def probe_transactions(config: KafkaConfigMap, topic: str, partition: int, timeo
 
 class ConfluentTransactionalClients(ConfluentClients):
     """:class:`~pyharvest.bindings.kafka.confluent.ConfluentClients` that can also publish
-    exactly once (:class:`~pyharvest.core.kafka.TransactionalKafkaClients`): what
+    exactly once (:class:`~pyharvest.core.ports.kafka.TransactionalKafkaClients`): what
     :class:`pyharvest.Harvest` uses."""
 
     def transactional_producer(self, config: KafkaConfigMap) -> ConfluentTransactionalProducer:

@@ -1,7 +1,7 @@
 """A Prometheus collector that reads a harvester's state when scraped.
 
 The engine only bumps plain counters and appends latencies to bounded reservoirs
-(:class:`pyharvest.core.metrics.HarvestMetrics`); everything Prometheus-specific happens here,
+(:class:`pyharvest.core.telemetry.metrics.HarvestMetrics`); everything Prometheus-specific happens here,
 on the scraping thread, so harvesting pays nothing for being observed.
 
 Embedded users register it with their own registry::
@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
-from pyharvest.core.healing import restarts
+from pyharvest.core.telemetry.client_restarts import HEALED_CLIENTS, restarts
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from pyharvest.core.harvest import HarvestEngine
+    from pyharvest.core.engine.harvest import HarvestEngine
 
 __all__ = ["LATENCY_BUCKETS", "BacklogCounter", "HarvestCollector"]
 
@@ -177,10 +177,6 @@ def _binding_of(harvest: HarvestEngine) -> object | None:
     return binding
 
 
-#: The clients a heal may replace (pyharvest.core.healing), each shown from 0.
-_HEALED_CLIENTS = ("leader_consumer", "producer", "transactional_producer")
-
-
 def client_restarts(ns: str) -> CounterMetricFamily:
     """``<ns>_kafka_client_restarts_total``: the process's stuck Kafka clients replaced, by client."""
     family = CounterMetricFamily(
@@ -190,7 +186,7 @@ def client_restarts(ns: str) -> CounterMetricFamily:
         labels=["client"],
     )
     counts = restarts.snapshot()
-    for client in sorted({*_HEALED_CLIENTS, *counts}):
+    for client in sorted({*HEALED_CLIENTS, *counts}):
         family.add_metric([client], float(counts.get(client, 0)))
     return family
 
@@ -205,7 +201,7 @@ def _copy_dict(d: dict[str, int]) -> dict[str, int]:
 
 
 class HarvestCollector(Collector):
-    """Reads a :class:`~pyharvest.core.harvest.HarvestEngine` at scrape time.
+    """Reads a :class:`~pyharvest.core.engine.harvest.HarvestEngine` at scrape time.
 
     Every metric is prefixed with ``namespace`` (``pyharvest``). The mark and purge latency
     histograms drain the engine's reservoirs; all collectors of one harvester share the

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pyharvest.core.records import OutboxRecord
+from pyharvest.core.outbox.records import OutboxRecord
 from pyharvest.verify.check import verify
 from pyharvest.verify.identity import Identity, IdentitySpec, Key, VerifyError, expected_pair, parse_identity
 from pyharvest.verify.report import VerifyReport
