@@ -6,12 +6,18 @@
 #   make kafka        Apache Kafka 4.x (KRaft, one JVM) on 127.0.0.1:$(KAFKA_PORT); no-op if it runs
 #   make kafka-stop   stop it (its data stays)
 #   make kafka-clean  stop it and delete its data
+#
+#   make kafka-secure        the same Kafka secured: TLS (a CA made at start), SASL/SCRAM-SHA-512
+#                            and ACLs enforced, on 127.0.0.1:$(KAFKA_SECURE_PORT); no-op if it runs.
+#                            CA: .kafka/secure/ca.pem; super user: .kafka/secure/admin.properties
+#   make kafka-secure-stop   stop it (its data, CA and users stay)
+#   make kafka-secure-clean  stop it and delete its directory
 
 PYTHON ?= python3
 VENV   := .venv
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint docs clean kafka kafka-stop kafka-clean
+.PHONY: demo test lint docs clean kafka kafka-stop kafka-clean kafka-secure kafka-secure-stop kafka-secure-clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "pyharvest needs Python 3.11 or newer")'
@@ -42,6 +48,19 @@ kafka-stop:
 
 kafka-clean:
 	bash .ci/kafka/kafka clean
+
+# The least-privilege tests' broker (tox -e secure): .ci/kafka/secure, beside the plain one.
+KAFKA_SECURE_PORT ?= 19392
+export KAFKA_SECURE_PORT
+
+kafka-secure: $(STAMP)
+	bash .ci/kafka/secure start
+
+kafka-secure-stop:
+	bash .ci/kafka/secure stop
+
+kafka-secure-clean:
+	bash .ci/kafka/secure clean
 
 test: $(STAMP)
 	bash .ci/services

@@ -50,6 +50,8 @@ class FailedAttempts:
         self._metrics = metrics
         self._emit = emit
         self._attempts: dict[int, int] = {}
+        # The producer's settings name the principal in an ACL's refusal (the user, never a secret).
+        self._kafka_config = {**config.base_kafka_config, **config.producer_kafka_config}
 
     def judge(self, failures: Sequence[tuple[OutboxRecord, DeliveryError]], quarantine_on: bool) -> Verdicts:
         """Count each failure, emit :class:`DeliveryFailed`, and quarantine a poison record
@@ -66,7 +68,8 @@ class FailedAttempts:
             hint = ""
             if not err.retriable:
                 verdicts.poison += 1
-                hint = poison_hint(err.code, rec.topic, config.poison_policy if quarantine_on else "block")
+                policy = config.poison_policy if quarantine_on else "block"
+                hint = poison_hint(err.code, rec.topic, policy, self._kafka_config)
                 verdicts.first_hint = verdicts.first_hint or hint
             verdicts.fatal = verdicts.fatal or err.fatal
             self._emit(DeliveryFailed(rec.id, rec.key, rec.topic, str(err), err.retriable, attempts, hint))
@@ -88,7 +91,7 @@ class FailedAttempts:
         for q in entries:
             if q.record.id is not None:
                 self._attempts.pop(q.record.id, None)
-            hint = quarantine_hint(q.error.split(":", 1)[0], q.record.topic)
+            hint = quarantine_hint(q.error.split(":", 1)[0], q.record.topic, self._kafka_config)
             log.error(
                 "quarantined key %r after %d failed attempts of record %s (topic %r): %s; "
                 "its later records are held back until the key is replayed or discarded. %s",

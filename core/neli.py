@@ -34,7 +34,7 @@ from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
 from pyharvest.core.config import Config
-from pyharvest.core.errors import TopicError
+from pyharvest.core.errors import KafkaAuthorizationError, TopicError
 from pyharvest.core.group_protocol import (
     CLASSIC,
     CLIENT_SESSION_SETTINGS,
@@ -219,7 +219,7 @@ class ShardGroup:
         self._polled = False
         self._consumer: LeaderConsumer | None = None
         self._producer: Producer | None = None
-        self._heartbeats = Heartbeats(leader_topic, name)
+        self._heartbeats = Heartbeats(leader_topic, name, kafka_config)
 
     @property
     def owned(self) -> frozenset[int]:
@@ -298,6 +298,8 @@ class ShardGroup:
             log.warning("groupProtocol consumer: %s", note)
         try:
             self._clients.set_group_session(cfg, self.group_id, session)
+        except KafkaAuthorizationError:
+            raise
         except TopicError as e:
             shown = "unknown" if bounds is None else f"{bounds.default_session_ms / 1000:g}s"
             if bounds is not None and bounds.default_session_ms < session.heartbeat_timeout_ms:

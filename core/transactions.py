@@ -38,7 +38,7 @@ from typing import cast
 
 from pyharvest.core.binding import DatabaseBinding, QuarantineBinding
 from pyharvest.core.config import Config
-from pyharvest.core.errors import HarvestError
+from pyharvest.core.errors import HarvestError, KafkaAuthorizationError
 from pyharvest.core.events import Event
 from pyharvest.core.failures import FailedAttempts, settle
 from pyharvest.core.identity import RECORD_ID_HEADER, identity_stamp
@@ -178,6 +178,9 @@ class TransactionalPublisher(TransactionWindow):
             value = kafka.last_committed(
                 cfg.base_kafka_config, cfg.progress_topic, self._shard, TRANSACTION_CALL_SECONDS
             )
+        except KafkaAuthorizationError:
+            producer.close()  # an ACL missing: no retry will get through
+            raise
         except (TransactionError, TopicError) as e:
             producer.close()
             log.warning("taking over the shard's transactions failed, retrying: %s", one_line(e))

@@ -4,6 +4,7 @@
     reaper init-db -f reaper.yaml            create the outbox table if missing (or --data-source URL)
     reaper schema --binding postgresql       print the outbox DDL
     reaper broker [--port 9092]              the embedded broker, in the foreground (development)
+    reaper acls -f reaper.yaml --topic T     print the kafka-acls.sh commands of the Kafka ACLs it needs
 """
 
 from __future__ import annotations
@@ -244,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_extras(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from pyharvest._commands.acls import register as register_acls
     from pyharvest._commands.broker import register as register_broker
     from pyharvest._commands.inbox import register as register_inbox
     from pyharvest._commands.quarantine import register as register_quarantine
@@ -255,6 +257,7 @@ def _register_extras(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     register_inbox(sub)
     register_quarantine(sub)
     register_broker(sub)
+    register_acls(sub)
 
 
 # Sub-commands that live in their own modules.

@@ -23,6 +23,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from pyharvest.bindings.kafka.api_versions import CONSUMER_GROUP_HEARTBEAT, broker_api_keys
 from pyharvest.bindings.kafka.logs import librdkafka_logger
+from pyharvest.core.acls import Acl, is_authorization_failure, refused
 from pyharvest.core.errors import KafkaPropertyError
 from pyharvest.core.group_protocol import GroupSession, SessionBounds
 from pyharvest.core.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap, ProduceError, TopicError
@@ -143,7 +144,10 @@ class ConfluentProducer:
 
     def close(self) -> None:
         # Deliberately no flush: the engine decides how long to wait for in-flight records.
-        self._producer.poll(0)
+        try:
+            self._producer.poll(0)
+        except KafkaException as e:  # a fatal error, raised again by the poll: what failed said so
+            log.debug("closing a producer after a fatal error: %s", e.args[0].str() if e.args else e)
 
 
 class ConfluentLeaderConsumer:
@@ -163,6 +167,9 @@ class ConfluentLeaderConsumer:
         if heartbeat_timeout_ms is None:
             heartbeat_timeout_ms = int(cfg.get("session.timeout.ms", 45_000)) // 3  # type: ignore[call-overload]
         self._answer_within_us = max(1_000_000, heartbeat_timeout_ms * 1000)
+        self._config = config
+        self._topic = ""
+        self._refusal: KafkaError | None = None  # an ACL's refusal seen by error_cb, raised by poll
         try:
             self._consumer = Consumer(cfg)
         except KafkaException as e:
@@ -189,7 +196,17 @@ class ConfluentLeaderConsumer:
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
             self.connected = False
+        elif is_authorization_failure(err.name() or ""):
+            self._refusal = err
         log.debug("leader consumer: %s", err.str())
+
+    def _refused(self, err: KafkaError) -> Exception:
+        """An ACL refused the group or the leader topic: the harvester cannot lead, ever."""
+        if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            acl = Acl("group", str(self._config.get("group.id")), ("Read",), "joining the leader group")
+        else:
+            acl = Acl("topic", self._topic, ("Read",), "reading the heartbeats back")
+        return refused(self._config, acl, err.str())
 
     def subscribe(
         self,
@@ -203,6 +220,7 @@ class ConfluentLeaderConsumer:
         def revoked(_c: Consumer, partitions: list[TopicPartition]) -> None:
             on_revoke([p.partition for p in partitions])
 
+        self._topic = topic
         self._consumer.subscribe([topic], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
 
     def poll(self, timeout: float) -> int:
@@ -212,10 +230,14 @@ class ConfluentLeaderConsumer:
         """Serve group callbacks and read what arrived; the partition of every message read."""
         received: list[int] = []
         msg = self._consumer.poll(timeout)
+        if self._refusal is not None:
+            raise self._refused(self._refusal)
         while msg is not None:
             err = msg.error()
             if err is None:
                 received.append(msg.partition() or 0)
+            elif is_authorization_failure(err.name() or ""):
+                raise self._refused(err)
             elif err.fatal():
                 raise KafkaException(err)
             elif err.code() != KafkaError._PARTITION_EOF:
@@ -298,6 +320,9 @@ class ConfluentClients:
         try:
             admin.incremental_alter_configs([resource], request_timeout=timeout)[resource].result(timeout)
         except KafkaException as e:
+            if is_authorization_failure(e.args[0].name() or ""):
+                why = "setting the session heartbeatTimeout asks for (groupProtocol: consumer)"
+                raise refused(config, Acl("group", group_id, ("AlterConfigs",), why), e.args[0].str()) from None
             raise TopicError(f"cannot set the session of group {group_id!r}: {e.args[0].str()}") from None
         except Exception as e:  # noqa: BLE001 - e.g. a timeout from the future
             raise TopicError(f"cannot set the session of group {group_id!r} within {timeout:g}s: {e}") from None
@@ -309,6 +334,8 @@ class ConfluentClients:
             found = admin.list_topics(topic, timeout=timeout).topics.get(topic)
         except KafkaException as e:
             raise TopicError(f"cannot read the metadata of topic {topic!r}: {e.args[0].str()}") from None
+        if found is not None and found.error is not None and is_authorization_failure(found.error.name() or ""):
+            raise refused(config, Acl("topic", topic, ("Read",), "reading its partitions"), found.error.str())
         return 0 if found is None or found.error is not None else len(found.partitions)
 
     def ensure_topic(self, config: KafkaConfigMap, topic: str, partitions: int = 1, timeout: float = 10.0) -> None:
@@ -329,9 +356,13 @@ class ConfluentClients:
             err = e.args[0]
             if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 return
+            if is_authorization_failure(err.name() or ""):
+                why = (f"creating it: it does not exist (or Read, which shows it, is missing); or create it "
+                       f"beforehand with {partitions} partition(s)")
+                raise refused(config, Acl("topic", topic, ("Create",), why), err.str()) from None
             raise TopicError(
                 f"topic {topic!r} does not exist and could not be created ({err.str()}); "
-                f"create it with {partitions} partition(s) or grant the harvester CREATE on it"
+                f"create it with {partitions} partition(s) or grant the harvester Create on it"
             ) from None
         except Exception as e:  # noqa: BLE001 - e.g. a timeout from the future
             raise TopicError(f"topic {topic!r} could not be created within {timeout:g}s: {e}") from None
