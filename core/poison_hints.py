@@ -27,6 +27,11 @@ _TOO_LARGE = (
 _HINTS = {
     "MSG_SIZE_TOO_LARGE": _TOO_LARGE,
     "RECORD_LIST_TOO_LARGE": _TOO_LARGE,
+    # A topic the principal may not write to: an ACL to grant, or a record whose topic is wrong
+    # (a typo matches no ACL). Either way only this record's key waits.
+    "TOPIC_AUTHORIZATION_FAILED": (
+        "Kafka refuses {principal} Write on topic {topic}: grant it ({command}), or fix the record's topic"
+    ),
     "UNKNOWN_TOPIC_OR_PART": (
         "topic {topic} does not exist: create it (or enable the broker's auto.create.topics.enable)"
     ),
@@ -47,16 +52,11 @@ def poison_hint(code: str, topic: str, policy: str, kafka_config: Mapping[str, o
     for a code with nothing to suggest beyond the policy. ``kafka_config``, the producer's
     settings, names the principal an ACL refused (its user name, never a secret)."""
     what = _HINTS.get(code.lstrip("_"), "")
-    if code.lstrip("_") == "TOPIC_AUTHORIZATION_FAILED":
-        # A topic the principal may not write to: an ACL to grant, or a record whose topic is
-        # wrong (a typo matches no ACL). Either way only this record's key waits.
+    if what:
         config = kafka_config or {}
         acl = Acl("topic", topic, ("Write",), "publishing the outbox's records")
         command = acl.command(principal_of(config) or "User:NAME", str(config.get("bootstrap.servers", "BROKER:9092")))
-        what = f"Kafka refuses {describe_principal(config)} Write on topic {topic}: grant it ({command}), or fix the " \
-               "record's topic"
-    if what:
-        what = what.format(topic=topic) + "; "
+        what = what.format(topic=topic, principal=describe_principal(config), command=command) + "; "
     if policy == "quarantine":
         return what + (
             "after limits.maxDeliveryAttempts its key is quarantined: `reaper quarantine list` shows it, "

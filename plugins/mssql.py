@@ -60,7 +60,10 @@ def pyharvest_url_backends() -> Sequence[str]:
 @hookimpl
 def pyharvest_capabilities() -> Capabilities:
     # 2,100 parameters a statement: lists stay at the default 1,000.
-    return Capabilities(transactional_ddl=True, driver_packages=(("pymssql", "pyharvest[mssql]"), ("pyodbc", "pyodbc")))
+    return Capabilities(
+        transactional_ddl=True, driver_packages=(("pymssql", "pyharvest[mssql]"), ("pyodbc", "pyodbc")),
+        privilege_errors=(229, 230),  # the permission was denied on the object, on the column
+    )
 
 
 _NATIVE_DDL = TableOptions(

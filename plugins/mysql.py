@@ -49,6 +49,7 @@ def pyharvest_url_backends() -> Sequence[str]:
 @hookimpl
 def pyharvest_capabilities() -> Capabilities:
     return Capabilities(
+        account_grantees=True, privilege_errors=(1142, 1143),  # table, column access denied
         driver_packages=(
             ("pymysql", "pyharvest[mysql]"), ("mysqldb", "mysqlclient"), ("mysqlconnector", "mysql-connector-python"),
             ("mariadbconnector", "mariadb"), ("asyncmy", "asyncmy"), ("aiomysql", "aiomysql"),

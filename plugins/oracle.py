@@ -58,7 +58,8 @@ def pyharvest_url_backends() -> Sequence[str]:
 def pyharvest_capabilities() -> Capabilities:
     # DDL commits implicitly; IN lists stop at 1,000 (the default list limit).
     return Capabilities(
-        transactional_ddl=False, driver_packages=(("oracledb", "pyharvest[oracle]"), ("cx_oracle", "cx_Oracle"))
+        transactional_ddl=False, driver_packages=(("oracledb", "pyharvest[oracle]"), ("cx_oracle", "cx_Oracle")),
+        privilege_errors=(1031,),  # ORA-01031: insufficient privileges
     )
 
 

@@ -72,7 +72,8 @@ def pyharvest_url_hint(backend: str) -> str | None:
 @hookimpl
 def pyharvest_capabilities() -> Capabilities:
     return Capabilities(
-        aware_timestamps=True, transactional_ddl=True, list_limit=None,
+        aware_timestamps=True, transactional_ddl=True, list_limit=None, schema_usage=True, serial_sequences=True,
+        privilege_errors=("42501",),
         driver_packages=(
             ("psycopg", "pyharvest[postgresql]"), ("psycopg2", "psycopg2-binary"), ("asyncpg", "asyncpg"),
             ("pg8000", "pg8000"),

@@ -50,6 +50,7 @@ def pyharvest_capabilities() -> Capabilities:
     return Capabilities(
         transactional_ddl=True,
         integer_ids=True,
+        grants=False,  # no roles: the file's permissions decide
         driver_packages=(("pysqlite", "(Python's sqlite3)"), ("aiosqlite", "aiosqlite")),
     )
 

@@ -15,6 +15,7 @@ What is here:
 * bulk writes: the :class:`BulkWriter` protocol and its helpers;
 * push wake-ups: the :class:`Listener` protocol (PostgreSQL's ``LISTEN``);
 * :class:`Capabilities`: the flags a dialect declares instead of being recognised by name;
+* privileges: :func:`grant_statements`, :func:`privilege_probe`, :func:`is_privilege_error`;
 * :class:`Dialect`, :func:`load_dialect`: a loaded plugin with typed access to its hooks.
 """
 
@@ -30,6 +31,7 @@ from pyharvest.plugins.api.dialect import (
     installed_dialects,
     load_dialect,
 )
+from pyharvest.plugins.api.grants import PRIVILEGES, grant_statements, is_privilege_error, privilege_probe
 from pyharvest.plugins.api.identifiers import MAX_PART_LENGTH, TableName, parse_table_name
 from pyharvest.plugins.api.marking import (
     MarkQuery,
@@ -71,6 +73,7 @@ __all__ = [
     "LIBPQ_DIALECT",
     "MAX_PART_LENGTH",
     "NATIVE",
+    "PRIVILEGES",
     "PROJECT_NAME",
     "REQUIRED_COLUMNS",
     "SHARD_EXPRESSION",
@@ -102,14 +105,17 @@ __all__ = [
     "dialect_of",
     "encode_headers",
     "expression_index_ddl",
+    "grant_statements",
     "hookimpl",
     "installed_dialects",
     "is_libpq_dsn",
+    "is_privilege_error",
     "libpq_to_url",
     "literal_limit",
     "load_dialect",
     "mask_url",
     "parse_table_name",
+    "privilege_probe",
     "raise_as_sqlalchemy_error",
     "shard_column",
     "shard_column_filter",
