@@ -122,7 +122,7 @@ def test_stasher_reaper_and_inbox_work_with_exactly_the_printed_grants(
                        "every record but the poison one published, the poison one quarantined")
     got = values_per_key(read_topic(kafka_bootstrap, topic, expect=len(records)))
     for key in {r.key for r in records}:
-        assert [v for v in got[key]] == [r.value for r in records if r.key == key]
+        assert list(got[key]) == [r.value for r in records if r.key == key]
 
     def inbox_grants(grantee: str) -> list[str]:
         return [s for g in inbox_tables.grants()
@@ -198,9 +198,8 @@ def test_a_stasher_without_insert_fails_at_its_first_stash_naming_it(
     def select_only(grantee: str) -> list[str]:  # MariaDB lets a user without any privilege in a database not even connect
         return grant_statements(load_dialect(roles_dialect), outbox.table, ("SELECT",), grantee)
 
-    with login_role(database_url, roles_dialect, select_only) as url:
-        with pytest.raises(MissingGrantError) as refused:
-            stash(url, table_name, [OutboxRecord("t", "k", b"v")])
+    with login_role(database_url, roles_dialect, select_only) as url, pytest.raises(MissingGrantError) as refused:
+        stash(url, table_name, [OutboxRecord("t", "k", b"v")])
     assert (refused.value.privilege, refused.value.table) == ("INSERT", table_name)
     assert f"GRANT INSERT ON {table_name}" in str(refused.value) and "--grants stasher" in str(refused.value)
 

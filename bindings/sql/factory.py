@@ -6,8 +6,8 @@ from typing import Any
 
 from pyharvest.bindings.sql.binding import MalformedRowHandler, SqlBinding
 from pyharvest.bindings.sql.connect import create_engine, resolve
-from pyharvest.bindings.sql.quarantine import QuarantineTable
 from pyharvest.bindings.sql.grants import check_grants, component_grants
+from pyharvest.bindings.sql.quarantine import QuarantineTable
 from pyharvest.bindings.sql.schema import check_table, has_key_hash
 from pyharvest.plugins.api import NATIVE, OutboxTable, TableName, parse_table_name
 

@@ -91,7 +91,7 @@ def component_grants(component: str, outbox: OutboxTable, *, quarantine: bool = 
 def grants_script(dialect: Dialect, grants: Sequence[Grant], role: str, component: str) -> str:
     """The ``GRANT`` statements, each after a comment saying what it is for."""
     if not dialect.capabilities.grants:
-        return f"-- {dialect.name} has no roles or grants: what a connection may do is the database file's permissions\n"
+        return f"-- {dialect.name} has no roles or grants: the database file's permissions decide what one may do\n"
     if not grants:
         return f"-- reaper {component} needs no privilege on the database: it reads Kafka only\n"
     lines: list[str] = []
