@@ -155,3 +155,26 @@ def test_reaper_verify_without_read_on_the_topic_fails_naming_it(
     assert f"--allow-principal {user.principal} --operation Read --topic {topic}" in err
     assert user.password not in err
     assert time.monotonic() - started < 30, "it waited out its timeout instead of failing at once"
+
+
+@pytest.mark.parametrize("wrong", ["password", "ca"])
+def test_a_refused_login_or_tls_handshake_is_named_at_start(secure_kafka: SecureKafka, tmp_path: Path, wrong: str) -> None:
+    from pyharvest.core.errors import TopicError
+
+    user = secure_kafka.user("login")
+    settings = dict(user.config)
+    if wrong == "password":
+        settings["sasl.password"] = "not-" + user.password
+    else:
+        settings["ssl.ca.location"] = str(tmp_path / "other-ca.pem")
+        (tmp_path / "other-ca.pem").write_text((Path(__file__).parent / "fixtures" / "other_ca.pem").read_text())
+    url = f"sqlite:///{tmp_path / 'outbox.db'}"
+    stash_records(url, "unused")
+    with pytest.raises(TopicError) as failed:
+        Harvest(Config.from_mapping(harvest_section(user, url, "login") | {"baseKafkaConfig": settings})).start()
+    text = str(failed.value)
+    if wrong == "password":
+        assert f"refused the login of {user.principal}" in text and "sasl.password" in text
+        assert user.password not in text
+    else:
+        assert "TLS handshake" in text and "ssl.ca.location" in text

@@ -23,7 +23,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from pyharvest.bindings.kafka.api_versions import CONSUMER_GROUP_HEARTBEAT, broker_api_keys
 from pyharvest.bindings.kafka.logs import librdkafka_logger
-from pyharvest.core.acls import Acl, is_authorization_failure, refused
+from pyharvest.core.acls import Acl, describe_principal, is_authorization_failure, refused
 from pyharvest.core.errors import KafkaPropertyError
 from pyharvest.core.group_protocol import GroupSession, SessionBounds
 from pyharvest.core.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap, ProduceError, TopicError
@@ -251,13 +251,45 @@ class ConfluentLeaderConsumer:
             self._consumer.close()
 
 
-def _admin(config: KafkaConfigMap) -> AdminClient:
+def _admin(config: KafkaConfigMap, errors: list[KafkaError] | None = None) -> AdminClient:
     admin_cfg = {k: v for k, v in config.items() if not k.startswith(("group.", "enable.auto", "auto.offset"))}
+    cfg = _client_config(admin_cfg)
+    if errors is not None:  # why no broker answers, for metadata_within()
+        cfg["error_cb"] = errors.append
     try:
         # The stub admits only scalar values; librdkafka's Python clients also take a `logger`.
-        return AdminClient(_client_config(admin_cfg))  # type: ignore[arg-type]
+        return AdminClient(cfg)  # type: ignore[arg-type]
     except KafkaException as e:
         raise refused_configuration("admin client", e) from None
+
+
+def metadata_within(config: KafkaConfigMap, client: Any, errors: list[KafkaError], timeout: float) -> Any:
+    """The cluster's metadata, asked by ``client`` (built with ``errors`` as its ``error_cb``)
+    for up to ``timeout`` seconds. A login or a TLS handshake the broker refuses ends the wait
+    at once, named with what to check; a broker that never answers, at the deadline."""
+    deadline = time.monotonic() + timeout
+    servers = config.get("bootstrap.servers")
+    while True:
+        try:
+            return client.list_topics(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+        except KafkaException as e:
+            client.poll(0)  # serves error_cb
+            for err in errors:
+                if err.code() == KafkaError._AUTHENTICATION:
+                    raise TopicError(
+                        f"Kafka at bootstrap.servers={servers!r} refused the login of {describe_principal(config)}: "
+                        f"{err.str()}; check sasl.username, sasl.password and sasl.mechanisms"
+                    ) from None
+                if err.code() == KafkaError._SSL:
+                    raise TopicError(
+                        f"the TLS handshake with Kafka at bootstrap.servers={servers!r} failed: {err.str()}; check "
+                        "ssl.ca.location (the CA that signed the brokers' certificates) and the brokers' host names"
+                    ) from None
+            if time.monotonic() >= deadline:
+                detail = e.args[0].str() if e.args and isinstance(e.args[0], KafkaError) else str(e)
+                raise TopicError(
+                    f"cannot reach Kafka at bootstrap.servers={servers!r} within {timeout:g}s: {detail}"
+                ) from None
 
 
 class ConfluentClients:
@@ -339,14 +371,9 @@ class ConfluentClients:
         return 0 if found is None or found.error is not None else len(found.partitions)
 
     def ensure_topic(self, config: KafkaConfigMap, topic: str, partitions: int = 1, timeout: float = 10.0) -> None:
-        servers = config.get("bootstrap.servers")
-        admin = _admin(config)
-        try:
-            metadata = admin.list_topics(timeout=timeout)
-        except KafkaException as e:
-            raise TopicError(
-                f"cannot reach Kafka at bootstrap.servers={servers!r} within {timeout:g}s: {e.args[0].str()}"
-            ) from None
+        errors: list[KafkaError] = []
+        admin = _admin(config, errors)
+        metadata = metadata_within(config, admin, errors, timeout)
         if topic in metadata.topics and metadata.topics[topic].error is None:
             return
         futures = admin.create_topics([NewTopic(topic, partitions)], operation_timeout=timeout)

@@ -16,6 +16,7 @@ from pyharvest.bindings.kafka.confluent import (
     ConfluentProducer,
     _admin,
     _client_config,
+    metadata_within,
     refused_configuration,
 )
 from pyharvest.core.acls import Acl, is_authorization_failure, refused
@@ -143,12 +144,9 @@ class ConfluentTransactionalProducer(ConfluentProducer):
 def ensure_progress_topic(config: KafkaConfigMap, topic: str, partitions: int, timeout: float = 10.0) -> None:
     """Create the progress topic (compacted: only each shard's latest record matters, and it
     must outlive any retention) or check that it has a partition per shard."""
-    admin = _admin(config)
-    try:
-        metadata = admin.list_topics(timeout=timeout)
-    except KafkaException as e:
-        servers = config.get("bootstrap.servers")
-        raise TopicError(f"cannot reach Kafka at bootstrap.servers={servers!r}: {e.args[0].str()}") from None
+    errors: list[KafkaError] = []
+    admin = _admin(config, errors)
+    metadata = metadata_within(config, admin, errors, timeout)
     found = metadata.topics.get(topic)
     if found is not None and found.error is None:
         have = len(found.partitions)
