@@ -18,7 +18,6 @@ import threading
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,8 +39,8 @@ VALUE = f"record-value-{uuid.uuid4().hex}"
 
 
 @pytest.fixture
-def admin_url() -> Iterator[str]:
-    yield server_url("postgresql")
+def admin_url() -> str:
+    return server_url("postgresql")
 
 
 def leaks(text: str, secrets: list[str]) -> list[str]:
