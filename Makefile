@@ -36,7 +36,8 @@ demo: $(STAMP)
 TOX_PARALLEL ?= 2
 
 # The broker the suite runs on: Apache Kafka from .ci/kafka (jars from Maven Central), unless
-# PYHARVEST_TEST_KAFKA names another cluster (or `embedded`).
+# PYHARVEST_TEST_KAFKA names another cluster (or `embedded`). The secured one (tox -e secure)
+# is `make kafka-secure`'s, unless PYHARVEST_TEST_SECURE_KAFKA names another's directory.
 KAFKA_PORT ?= 19092
 export KAFKA_PORT
 
@@ -65,8 +66,10 @@ kafka-secure-clean:
 test: $(STAMP)
 	bash .ci/services
 	@if [ -z "$$PYHARVEST_TEST_KAFKA" ]; then bash .ci/kafka/kafka start; fi
+	@if [ -z "$$PYHARVEST_TEST_SECURE_KAFKA" ]; then bash .ci/kafka/secure start; fi
 	rm -rf .tox/junit
-	status=0; PYHARVEST_TEST_KAFKA="$${PYHARVEST_TEST_KAFKA:-127.0.0.1:$(KAFKA_PORT)}" $(VENV)/bin/tox run-parallel -p $(TOX_PARALLEL) --parallel-no-spinner -e "$$(bash .ci/envs)" -- $(ARGS) || status=$$?; \
+	status=0; PYHARVEST_TEST_KAFKA="$${PYHARVEST_TEST_KAFKA:-127.0.0.1:$(KAFKA_PORT)}" \
+	PYHARVEST_TEST_SECURE_KAFKA="$${PYHARVEST_TEST_SECURE_KAFKA:-$(CURDIR)/.kafka/secure}" $(VENV)/bin/tox run-parallel -p $(TOX_PARALLEL) --parallel-no-spinner -e "$$(bash .ci/envs)" -- $(ARGS) || status=$$?; \
 	$(VENV)/bin/python .ci/summarize.py .tox/junit || status=$$((status ? status : 1)); exit $$status
 
 clean:

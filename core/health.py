@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from pyharvest.core.binding import DatabaseBinding
 from pyharvest.core.logs import log, one_line
+from pyharvest.core.masking import mask_data_source
 
 __all__ = ["PING_INTERVAL", "PING_TIMEOUT", "DatabaseProbe", "Health"]
 
@@ -81,8 +82,9 @@ class DatabaseProbe:
             ping()
             answer, error = True, None
         except Exception as e:  # noqa: BLE001 - reported as not ready, with its reason
-            log.debug("database ping failed: %s", one_line(e))
-            answer, error = False, one_line(e)
+            # /readyz shows the reason: a driver that quotes its connection URL keeps its password.
+            answer, error = False, mask_data_source(one_line(e))
+            log.debug("database ping failed: %s", error)
         with self._lock:
             self._answer, self._error = answer, error
             self._answered_at = time.monotonic()
