@@ -95,3 +95,61 @@ def test_reaper_acls_needs_a_principal_it_can_name(tmp_path: Path, capsys: pytes
     assert code == 2 and "give -f FILE" in err
     code, _, err = run_acls(capsys, "-f", str(path), "--principal", "nobody")
     assert code == 2 and "User:NAME" in err
+
+
+def doc_tables(heading: str) -> dict[str, list[tuple[str, ...]]]:
+    """The tables of a section of docs/operations.md, by the bold title above each: its rows."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "operations.md").read_text()
+    section = text.split(f"### {heading}\n", 1)[1].split("\n### ", 1)[0]
+    tables: dict[str, list[tuple[str, ...]]] = {}
+    title = ""
+    for line in section.splitlines():
+        if line.startswith("**"):
+            title = line.split("**")[1]
+        elif line.startswith("| ") and not line.startswith("| resource") and not line.startswith("| component"):
+            tables.setdefault(title, []).append(tuple(c.strip() for c in line.strip("|").split("|")))
+    return tables
+
+
+def test_the_documented_acl_tables_are_what_reaper_acls_prints() -> None:
+    from pyharvest.core.acls import inbox_acls, verify_acls
+
+    def rows(acls: list) -> list[tuple[str, str]]:
+        return [(a.resource.replace("-", " "), ", ".join(a.operations)) for a in acls]
+
+    def config(**harvest: object) -> Config:
+        return Config.from_mapping({"baseKafkaConfig": SASL, "leaderGroupID": "g", **harvest}).resolve()
+
+    tables = {title.split(" (")[0].rstrip(","): [(r[0], r[2]) for r in table]
+              for title, table in doc_tables("Kafka ACLs").items()}
+    plain = harvest_acls(config(), ["t"])
+    assert tables["At least once"] == rows(plain)
+    exactly_once = harvest_acls(config(delivery="exactly-once"), ["t"])
+    assert tables["Exactly once"] == rows([a for a in exactly_once if a not in plain])
+    consumer = rows(harvest_acls(config(groupProtocol="consumer"), ["t"]))
+    assert consumer[0] == ("group", "Read, " + tables["`groupProtocol: consumer`"][0][1])
+    assert tables["The inbox"] == rows(inbox_acls("g", ["t"]))
+    assert tables["`reaper verify`"] == rows(verify_acls("t"))
+
+
+def test_the_documented_grants_table_is_what_reaper_schema_prints() -> None:
+    from pyharvest.bindings.sql.grants import component_grants
+    from pyharvest.inbox import InboxConfig, InboxTables
+    from pyharvest.plugins.api import OutboxTable, parse_table_name
+
+    documented = [(r[0], r[2]) for r in doc_tables("Database grants")[""]]
+    outbox = OutboxTable.build(parse_table_name("outbox"), key_hash=True)
+    reaper_grants = component_grants("reaper", outbox, quarantine=True, shards=2)
+    names = InboxConfig()
+    inbox = InboxTables.build(names.checkpoint_table, names.dedupe_table, names.dead_letter_table).grants()
+    assert documented == [
+        ("reaper", "SELECT, UPDATE, DELETE"),
+        ("reaper, `shards` > 1", "INSERT"),
+        ("reaper, `poisonPolicy: quarantine`", ", ".join(reaper_grants[1].privileges)),
+        ("stasher", ", ".join(component_grants("stasher", outbox)[0].privileges)),
+        *(("inbox", ", ".join(g.privileges)) for g in inbox),
+        ("`reaper verify`", "—"),
+    ]
+    assert reaper_grants[0].privileges == ("SELECT", "UPDATE", "DELETE", "INSERT")
+    assert component_grants("reaper", outbox)[0].privileges == ("SELECT", "UPDATE", "DELETE")
+    assert component_grants("verify", outbox) == []
