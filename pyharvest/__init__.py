@@ -30,7 +30,6 @@ from pyharvest.stasher.errors import (
     RecordTooLargeError,
 )
 
-
 __all__ = [
     "BindingError",
     "Config",

@@ -207,9 +207,9 @@ class Inbox:
         from pyharvest.bindings.sql.grants import check_grants
         from pyharvest.plugins.api import dialect_of
 
-        plugin = dialect_of(engine)
-        if plugin is not None:  # a missing privilege fails here, named, not at the first message
-            check_grants(engine, plugin, self.tables.grants(), "inbox")
+        dialect = dialect_of(engine)
+        if dialect is not None:  # a missing privilege fails here, named, not at the first message
+            check_grants(engine, dialect, self.tables.grants(), "inbox")
         from pyharvest.bindings.kafka.inbox_consumer import ConfluentInboxConsumer
 
         consumer = self._consumer = ConfluentInboxConsumer(

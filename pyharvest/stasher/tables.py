@@ -13,7 +13,6 @@ import sqlalchemy as sa
 
 from pyharvest.bindings.sql.bulk_insert import BulkWriters
 from pyharvest.bindings.sql.grants import Grant, refused_grant
-from pyharvest.core.errors import HarvestError
 from pyharvest.plugins.api import (
     GOHARVEST,
     KEY_HASH_COLUMN,
@@ -128,7 +127,7 @@ def bulk_writers_of(outbox: OutboxTable) -> BulkWriters:
     return found
 
 
-def refused_insert(error: sa.exc.DBAPIError, engine: sa.Engine, outbox: OutboxTable) -> HarvestError | None:
+def refused_insert(error: sa.exc.DBAPIError, engine: sa.Engine, outbox: OutboxTable) -> Exception | None:
     """What to raise instead of ``error``, an insert's failure: the role's missing privilege
     (:class:`~pyharvest.core.errors.MissingGrantError`, naming the grant), or the table's key
     hash guard refusing a row written without a hash, by a shape looked up before ``reaper
