@@ -30,7 +30,6 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks.children import python_module
 
 DEFAULT_DATABASE = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -100,6 +99,8 @@ def prefill(url: str, table: str, topic: str, n: int, keys: int, value_bytes: in
 
 def prefill_in_child(args: argparse.Namespace, table: str, topic: str, result: Result) -> None:
     """Prefill from another process, so this one's memory holds only the harvester."""
+    # Imported here: idle_bench imports this module from a script with only benchmarks/ on its path.
+    from benchmarks.children import python_module
     cmd = [*python_module("benchmarks.harvest_bench"), "--prefill", table, topic, "--database", args.database,
            "--scenario", args.scenario] + (["--quick"] if args.quick else [])
     subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parent.parent,
@@ -634,6 +635,8 @@ def parent(args: argparse.Namespace) -> int:
         # Each scenario in every mode before the next scenario: modes compared minutes apart,
         # not the length of a run apart, as this machine's speed drifts.
         for name, delivery in itertools.product(args.scenarios.split(","), args.delivery.split(",")):
+            # Imported here: idle_bench imports this module from a script with only benchmarks/ on its path.
+            from benchmarks.children import python_module
             cmd = [*python_module("benchmarks.harvest_bench"), "--child", "--scenario", name,
                    "--delivery", delivery,
                    "--database", args.database, "--bootstrap", bootstrap, "--rate", str(args.rate),

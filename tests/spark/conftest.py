@@ -22,6 +22,15 @@ import pyspark  # noqa: E402
 if int(pyspark.__version__.split(".")[0]) < 4:
     pytest.skip(f"the Spark suite needs PySpark 4 (found {pyspark.__version__})", allow_module_level=True)
 
+# Spark's Python workers run outside the checkout (tox runs the suite from a directory of its
+# own, on the installed wheel), where `tests` cannot be imported: the functions the tests hand
+# to Spark travel by value, as a script's own functions do, and pyharvest's by reference.
+from pyspark import cloudpickle  # noqa: E402
+
+import tests  # noqa: E402
+
+cloudpickle.register_pickle_by_value(tests)
+
 SPARK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
 
 

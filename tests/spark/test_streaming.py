@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +33,6 @@ from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(params=SOURCES)
@@ -82,7 +82,7 @@ def _produce(bootstrap: str, topic: str, n: int, republish_every: int) -> int:
 def _driver(args: list[str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [*python_module("tests.spark.stream_driver"), *args],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=tempfile.gettempdir(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )
 
 
