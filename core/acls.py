@@ -38,6 +38,7 @@ __all__ = [
     "is_authorization_failure",
     "principal_of",
     "refused",
+    "transactional_id_prefix",
     "verify_acls",
 ]
 
@@ -62,10 +63,6 @@ class Acl:
     operations: tuple[str, ...]
     why: str
     prefixed: bool = False
-
-    @property
-    def pattern(self) -> str:
-        return "prefixed" if self.prefixed else "literal"
 
     def arguments(self, principal: str) -> list[str]:
         """kafka-acls.sh's arguments after ``--add`` (the principal, operations, resource)."""
@@ -94,6 +91,13 @@ class Acl:
             else f"{self.resource} {self.name + ('*' if self.prefixed else '')!r}"
         )
         return f"{', '.join(self.operations)} on {where}"
+
+
+def transactional_id_prefix(leader_group_id: str) -> str:
+    """What every ``transactional.id`` of a leader group starts with, so that one prefixed ACL
+    grants them all (:mod:`pyharvest.core.progress` adds a shard's number or the start-up
+    probe's ``probe-<id>``, with no dot)."""
+    return f"pyharvest.{leader_group_id}."
 
 
 def harvest_acls(
@@ -127,7 +131,7 @@ def harvest_acls(
         out += [
             Acl(
                 "transactional-id",
-                f"pyharvest.{group}.",
+                transactional_id_prefix(group),
                 ("Write",),
                 "each shard's transactional producer and the start-up probe's",
                 prefixed=True,

@@ -11,6 +11,7 @@ import json
 import uuid
 from collections.abc import Sequence
 
+from pyharvest.core.acls import transactional_id_prefix
 from pyharvest.core.config import Config
 from pyharvest.core.errors import ConfigError, HarvestError, KafkaAuthorizationError
 from pyharvest.core.kafka import KafkaClients, TopicError, TransactionalKafkaClients, TransactionError
@@ -40,7 +41,7 @@ TRANSACTION_CALL_SECONDS = 30.0
 def transactional_id(leader_group_id: str, shard: int) -> str:
     """The ``transactional.id`` of a shard's producers: the same for every leader the shard
     ever has, so that each new one fences the last."""
-    return f"pyharvest.{leader_group_id}.{shard}"
+    return f"{transactional_id_prefix(leader_group_id)}{shard}"
 
 
 def transactional_config(config: Config, shard: int) -> dict[str, object]:
@@ -100,7 +101,7 @@ def check_transactions(kafka: KafkaClients, config: Config) -> None:
     # after transactional.id.expiration.ms, 7 days). Its partition is one past the shards': a
     # leader's open transaction there would hold the probe's read_committed read back.
     # After the last dot, like a shard's number: one prefixed ACL, pyharvest.<group>., covers both.
-    probe_id = f"pyharvest.{config.leader_group_id}.probe-{uuid.uuid4().hex[:12]}"
+    probe_id = f"{transactional_id_prefix(config.leader_group_id)}probe-{uuid.uuid4().hex[:12]}"
     probe_config = {**producer_config(config), "transactional.id": probe_id}
     try:
         kafka.probe_transactions(probe_config, config.progress_topic, config.shards, TRANSACTION_CALL_SECONDS)
