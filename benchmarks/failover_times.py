@@ -27,13 +27,14 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from benchmarks.children import python_code
-from pyharvest.core.durations import parse_duration
+from pyharvest.core.config.durations import parse_duration
 
 # A harvester process: prints "<wall time> <event>" for its start and its leadership events.
 CHILD = """
 import signal, sys, time
-from pyharvest import Config, Harvest, LeaderAcquired, LeaderFenced, LeaderRevoked, Limits
-from pyharvest.core.durations import parse_duration
+from pyharvest import Config, Harvest, Limits
+from pyharvest.events import LeaderAcquired, LeaderFenced, LeaderRevoked
+from pyharvest.core.config.durations import parse_duration
 
 def say(what):
     print(f"{time.time():.3f} {what}", flush=True)

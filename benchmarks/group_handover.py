@@ -8,14 +8,14 @@
 A sharded harvester's shard resumes once the group has given the shard's leader-topic
 partition to a surviving member, and pyharvest's own part after that is short (``shard_bench``'s
 "then": 0.01-0.2 s). This measures the rest, the broker's part, with no harvester: member
-processes with the leader group's own consumer settings (:func:`~pyharvest.core.group_protocol.shard_client_configs`:
+processes with the leader group's own consumer settings (:func:`~pyharvest.core.election.group_protocol.shard_client_configs`:
 the session of ``heartbeatTimeout``, the heartbeat interval, cooperative-sticky) share a topic
 of one partition per shard. Once every partition is owned, one member is stopped (SIGTERM: it
 closes its consumer and leaves the group, as a harvester does; SIGKILL: it just dies), and the
 time until the others own all its partitions is reported, with whether they kept their own
 partitions throughout (incremental rebalancing). Under KIP-848's consumer protocol
 (``--group-protocols consumer``, Apache Kafka 4.0+) the session is the group's own configuration,
-set as the harvester sets it (:mod:`~pyharvest.core.group_protocol`, within the broker's bounds);
+set as the harvester sets it (:mod:`~pyharvest.core.election.group_protocol`, within the broker's bounds);
 with several protocols the runs alternate between them. Exits 1 if a handover did not complete.
 """
 
@@ -37,7 +37,7 @@ from typing import IO, Any
 from benchmarks.children import python_module
 from benchmarks.tests_support import create_topic
 from pyharvest.bindings.kafka.confluent import ConfluentClients
-from pyharvest.core.group_protocol import choose_session, shard_client_configs, wanted_session
+from pyharvest.core.election.group_protocol import choose_session, shard_client_configs, wanted_session
 
 ROOT = Path(__file__).resolve().parent.parent
 

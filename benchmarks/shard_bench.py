@@ -65,7 +65,7 @@ from benchmarks.tests_support import create_topic
 from benchmarks.topic_check import NUDGE_KEY, read_back
 from pyharvest import OutboxRecord, stasher
 from pyharvest.bindings.sql import create_outbox_table
-from pyharvest.core.shards import shard_of
+from pyharvest.core.outbox.keys import shard_of
 
 DEFAULT_DATABASE = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 LAYOUTS = ((1, 1), (2, 4), (3, 6))  # (processes, shards)
@@ -278,7 +278,7 @@ def backlog(n: int, keys: int) -> list[tuple[str, bytes]]:
 
 def run_drain(args: argparse.Namespace, bootstrap: str, workdir: Path, rnd: int, processes: int, shards: int,
               rtt_ms: float, keys: int, delivery: str = "at-least-once") -> DrainRun:
-    from tests.faults.proxy import FaultProxy
+    from tests.helpers.faults.proxy import FaultProxy
 
     run = DrainRun(rnd, processes, shards, rtt_ms, args.records, keys, delivery=delivery)
     table, topic = f"sbench_{uuid.uuid4().hex[:8]}", f"sbench-{uuid.uuid4().hex[:8]}"

@@ -1,52 +1,10 @@
-"""The MP/R engine, Fast NELI leader election, configuration, events and metrics.
+"""The engine: the MP/R harvester (:mod:`.engine`), its delivery modes (:mod:`.delivery`,
+:mod:`.transactions`), Fast NELI leader election (:mod:`.election`), configuration
+(:mod:`.config`), the outbox record (:mod:`.outbox`), what it reports (:mod:`.telemetry`) and
+the inbox's engine (:mod:`.inbox`).
 
-Nothing here imports a database driver, SQLAlchemy or a Kafka client: the engine talks to
-the world through :class:`~pyharvest.core.binding.DatabaseBinding` and the protocols of
-:mod:`pyharvest.core.kafka`.
+Nothing here imports a database driver, SQLAlchemy or a Kafka client: the engine talks to the
+world through the protocols of :mod:`.ports`, which :mod:`pyharvest.bindings` implements. What
+an application uses is exported by :mod:`pyharvest` and its public modules, each name from one
+place; these modules are where it is written.
 """
-
-from pyharvest.core.binding import DatabaseBinding
-from pyharvest.core.config import Config, Limits, LoggingConfig, ReaperConfig
-from pyharvest.core.errors import BindingError, ConfigError, HarvestError
-from pyharvest.core.events import (
-    DeliveryFailed,
-    Event,
-    EventHandler,
-    LeaderAcquired,
-    LeaderFenced,
-    LeaderRefreshed,
-    LeaderRevoked,
-    MeterRead,
-    MeterStats,
-    RecordQuarantined,
-)
-from pyharvest.core.harvest import HarvestEngine, State
-from pyharvest.core.records import InvalidRecordError, OutboxRecord, validate_record
-from pyharvest.core.sharded import ShardedHarvestEngine
-
-__all__ = [
-    "BindingError",
-    "Config",
-    "ConfigError",
-    "DatabaseBinding",
-    "DeliveryFailed",
-    "Event",
-    "EventHandler",
-    "HarvestEngine",
-    "HarvestError",
-    "InvalidRecordError",
-    "LeaderAcquired",
-    "LeaderFenced",
-    "LeaderRefreshed",
-    "LeaderRevoked",
-    "Limits",
-    "LoggingConfig",
-    "MeterRead",
-    "MeterStats",
-    "OutboxRecord",
-    "ReaperConfig",
-    "RecordQuarantined",
-    "ShardedHarvestEngine",
-    "State",
-    "validate_record",
-]

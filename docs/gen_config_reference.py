@@ -1,7 +1,7 @@
 """Generate the configuration reference from the config classes, so it cannot drift.
 
 Keys, Python attributes, types and defaults come from the dataclasses themselves
-(:class:`~pyharvest.core.config.Config`, ``Limits``, ``LoggingConfig`` and the ``metrics:``
+(:class:`~pyharvest.Config`, ``Limits``, ``LoggingConfig`` and the ``metrics:``
 section's ``OpsConfig``); the environment variable of each key from
 :mod:`pyharvest.envconfig`'s naming. Descriptions come from the tables of
 ``docs/configuration.md`` (``harvest:`` and ``limits:``), from ``OpsConfig``'s docstring
@@ -17,6 +17,8 @@ the tests, that it is what the classes give. After changing a key, write it agai
 from __future__ import annotations
 
 import dataclasses
+import enum
+import importlib
 import re
 import typing
 from collections.abc import Callable, Iterator
@@ -99,6 +101,9 @@ def _google_attributes(doc: str | None) -> dict[str, str]:
 def _type_name(tp: Any, attr: str, durations: set[str]) -> str:
     if attr in durations:
         return "duration"
+    choices = [a for a in typing.get_args(tp) if isinstance(a, type) and issubclass(a, enum.Enum)]
+    if choices:  # a str enum, or the string a YAML file writes
+        return "one of " + ", ".join(f"`{m.value}`" for m in choices[0])
     text = tp if isinstance(tp, str) else getattr(tp, "__name__", str(tp))
     text = text.replace(" | None", "")
     names = {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "dict": "mapping"}
@@ -132,8 +137,8 @@ class Row:
 
 def _rows() -> Iterator[tuple[str, str, list[Row]]]:
     from pyharvest.bindings.ops.config import METRICS_KEYS, OpsConfig
-    from pyharvest.core.config import Config, Limits, LoggingConfig
-    from pyharvest.core.durations import format_duration
+    from pyharvest.core.config.settings import Config, Limits, LoggingConfig
+    from pyharvest.core.config.durations import format_duration
 
     tables = _doc_tables(DOCS / "configuration.md")
     missing: list[str] = []
@@ -158,7 +163,10 @@ def _rows() -> Iterator[tuple[str, str, list[Row]]]:
     resolved = Config(name="x", leader_group_id="x").resolve()
     keys = list(Config().to_mapping(mask_secrets=False))
     attr_of = {key: f.name for key, f in zip(keys, dataclasses.fields(Config), strict=True)}
-    hints = typing.get_type_hints(Config)
+    # The names the annotations use are those of the module the classes are written in (their
+    # __module__ is their public path, whose namespace need not hold them all).
+    written_in = vars(importlib.import_module("pyharvest.core.config.settings"))
+    hints = typing.get_type_hints(Config, written_in)
     rows: list[Row] = []
     for key in keys:
         attr = attr_of[key]
@@ -176,7 +184,7 @@ def _rows() -> Iterator[tuple[str, str, list[Row]]]:
 
     # harvest.limits:
     limits = Limits().resolve()
-    lim_hints = typing.get_type_hints(Limits)
+    lim_hints = typing.get_type_hints(Limits, written_in)
     durations = {f.name for f in dataclasses.fields(Limits) if lim_hints[f.name] == (float | None)}
     lim_keys = list(limits.to_mapping())
     rows = []
@@ -204,7 +212,7 @@ def _rows() -> Iterator[tuple[str, str, list[Row]]]:
             describe("logging", f.name, [LOGGING_DESCRIPTIONS.get]), _env_name(("logging", f.name)))
         for f in dataclasses.fields(LoggingConfig)
     ]
-    yield "logging", "The `logging:` section: `pyharvest.core.config.LoggingConfig`.", rows
+    yield "logging", "The `logging:` section: `pyharvest.envconfig.LoggingConfig`.", rows
 
     # metrics:
     ops_defaults = OpsConfig()

@@ -1,12 +1,15 @@
 """The hooks a dialect plugin may implement: this module is the plugin API's reference.
 
-Every hook is optional except :func:`pyharvest_dialect_name`: a plugin implements only what
-differs from the generic behaviour, which works on any SQLAlchemy dialect that supports
-``SELECT … FOR UPDATE`` (or serialises writers, like SQLite). Hooks that answer a question
-are ``firstresult`` (the plugin's answer, or None for the default); the two that act on an
-engine or a connection (:func:`pyharvest_on_connect`, :func:`pyharvest_configure_engine`)
-are plain hooks, called for their effect. Each dialect is loaded into its own plugin
-manager, so hooks never mix between dialects.
+One hook is required, :func:`pyharvest_dialect`: the plugin's declarations as data
+(:class:`~pyharvest.plugins.api.DialectOptions`: its name and backends, its capabilities, how
+its outbox table is created, how it marks, where it keeps a row's shard, how it spells an
+upsert). Every other hook is optional: a plugin implements only what its database does in
+code of its own, beyond what it declares; the generic behaviour works on any SQLAlchemy
+dialect that supports ``SELECT … FOR UPDATE`` (or serialises writers, like SQLite). Hooks
+that answer a question are ``firstresult`` (the plugin's answer, or None for the default);
+the two that act on an engine or a connection (:func:`pyharvest_on_connect`,
+:func:`pyharvest_configure_engine`) are plain hooks, called for their effect. Each dialect is
+loaded into its own plugin manager, so hooks never mix between dialects.
 
 What the hooks take and return (the outbox table, the mark builder, bulk writers,
 capabilities) lives in :mod:`pyharvest.plugins.api`, the one module a plugin imports.
@@ -23,8 +26,12 @@ import pluggy
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
-    from pyharvest.plugins.api import BulkWriter, ListenerFactory, MarkStrategy, OutboxTable, TableName
-    from pyharvest.plugins.api.capabilities import Capabilities
+    from pyharvest.plugins.api.bulk import BulkWriter
+    from pyharvest.plugins.api.identifiers import TableName
+    from pyharvest.plugins.api.marking import MarkStrategy
+    from pyharvest.plugins.api.notify import ListenerFactory
+    from pyharvest.plugins.api.options import DialectOptions
+    from pyharvest.plugins.api.table import OutboxTable
 
 __all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
 
@@ -35,20 +42,9 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec(firstresult=True)
-def pyharvest_dialect_name() -> str:  # type: ignore[empty-body]
-    """The dialect's name: the same as its entry-point name. Required."""
-
-
-@hookspec(firstresult=True)
-def pyharvest_capabilities() -> Capabilities | None:
-    """What the database can do (:class:`~pyharvest.plugins.api.Capabilities`); None for the
-    defaults, which any SQL database meets."""
-
-
-@hookspec(firstresult=True)
-def pyharvest_url_backends() -> Sequence[str] | None:
-    """SQLAlchemy backend names (``make_url(...).get_backend_name()``) this dialect serves
-    when no dialect is named explicitly; e.g. ``("mysql", "mariadb")``."""
+def pyharvest_dialect() -> DialectOptions:  # type: ignore[empty-body]
+    """The dialect's declarations (:class:`~pyharvest.plugins.api.DialectOptions`), its name
+    the same as its entry-point name. Required."""
 
 
 @hookspec(firstresult=True)
@@ -83,8 +79,9 @@ def pyharvest_configure_engine(engine: sa.Engine) -> None:
 @hookspec(firstresult=True)
 def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str] | None:
     """The statements that create ``table`` (outbox table plus any index the mark needs),
-    idempotent where the database allows (``IF NOT EXISTS``). ``table.layout`` says which
-    layout to create; return None for a layout the dialect does not support."""
+    idempotent where the database allows (``IF NOT EXISTS``), for a dialect whose table the
+    declared ``DialectOptions.tables`` cannot describe. ``table.layout`` says which layout to
+    create; None: the declared options' ``CREATE TABLE`` for it, if any."""
 
 
 @hookspec(firstresult=True)
@@ -94,16 +91,12 @@ def pyharvest_detect_layout(columns: Mapping[str, Any]) -> str | None:
 
 
 @hookspec(firstresult=True)
-def pyharvest_table_layouts() -> Sequence[str] | None:
-    """The layouts this dialect supports; default ``("native",)``."""
-
-
-@hookspec(firstresult=True)
 def pyharvest_mark_strategy(table: OutboxTable) -> MarkStrategy | None:
     """How to mark: a strategy of :mod:`pyharvest.plugins.api` built on
     :class:`~pyharvest.plugins.api.MarkQuery`, which applies every row filter of ``table``
-    (the quarantine's, and any added later) and the order by id. None selects the generic
-    :class:`~pyharvest.plugins.api.TransactionalMark`. The conformance kit compiles what the
+    (the quarantine's, and any added later) and the order by id. None: the strategy the
+    declared ``DialectOptions.mark`` describes (by default the generic
+    :class:`~pyharvest.plugins.api.TransactionalMark`). The conformance kit compiles what the
     strategy runs and checks the row choice."""
 
 
@@ -134,7 +127,8 @@ def pyharvest_bulk_writer(
 def pyharvest_shard_filter(source: sa.FromClause, shards: int, shard: int) -> sa.ColumnElement[bool] | None:
     """The rows of ``source`` (the outbox, or the alias a mark selects from) in ``shard`` of
     ``shards``: by the stored key hash, ``COALESCE(kafka_key_hash, 0) % shards = shard`` by
-    default (a row without a hash is in shard 0). It must match what
+    default (a row without a hash is in shard 0), or the generated column's value where the
+    dialect declares ``DialectOptions.shard_column``. It must match what
     :func:`pyharvest_shard_ddl` indexes, so that a shard's mark reads only its own rows."""
 
 
@@ -221,8 +215,8 @@ def pyharvest_upsert_from_select(
     rows mode: ``target_key_columns``). Build it with SQLAlchemy constructs where they exist
     (``sqlalchemy.dialects.postgresql.insert(...).on_conflict_do_update``, MySQL's
     ``on_duplicate_key_update``); a ``MERGE`` must first keep each key's last row (``ROW_NUMBER()``),
-    since it may not touch a target row twice. None: the database has no upsert; the caller
-    says so."""
+    since it may not touch a target row twice. None: a ``MERGE`` where the dialect declares
+    ``DialectOptions.merge``, else the database has no upsert (the caller says so)."""
 
 
 @hookspec(firstresult=True)

@@ -21,46 +21,17 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
 from pyharvest.plugins.api import (
+    NATIVE,
     SHARD_EXPRESSION,
     Capabilities,
+    DialectOptions,
     OutboxTable,
     TableOptions,
-    create_table_ddl,
     hookimpl,
     shard_column,
-    shard_column_filter,
 )
 
-NAME = "mysql"
-_sa_dialect = mysql.dialect()
-_preparer = _sa_dialect.identifier_preparer
-
-
-@hookimpl
-def pyharvest_dialect_name() -> str:
-    return NAME
-
-
-@hookimpl
-def pyharvest_url_backends() -> Sequence[str]:
-    return ("mysql", "mariadb")
-
-
-@hookimpl
-def pyharvest_capabilities() -> Capabilities:
-    return Capabilities(
-        account_grantees=True, privilege_errors=(1142, 1143),  # table, column access denied
-        driver_packages=(
-            ("pymysql", "pyharvest[mysql]"), ("mysqldb", "mysqlclient"), ("mysqlconnector", "mysql-connector-python"),
-            ("mariadbconnector", "mariadb"), ("asyncmy", "asyncmy"), ("aiomysql", "aiomysql"),
-        ),
-    )
-
-
-@hookimpl
-def pyharvest_engine_options(url: sa.URL) -> Mapping[str, Any]:
-    return {"isolation_level": "READ COMMITTED"}
-
+_preparer = mysql.dialect().identifier_preparer
 
 _NATIVE_DDL = TableOptions(
     types={"create_time": mysql.DATETIME(fsp=6), "kafka_value": mysql.LONGBLOB(), "kafka_headers": mysql.LONGTEXT()},
@@ -70,17 +41,30 @@ _NATIVE_DDL = TableOptions(
     table_kwargs={"mysql_engine": "InnoDB", "mysql_default_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"},
 )
 
+DIALECT = DialectOptions(
+    name="mysql",
+    url_backends=("mysql", "mariadb"),
+    capabilities=Capabilities(
+        account_grantees=True, privilege_errors=(1142, 1143),  # table, column access denied
+        driver_packages=(
+            ("pymysql", "pyharvest[mysql]"), ("mysqldb", "mysqlclient"), ("mysqlconnector", "mysql-connector-python"),
+            ("mariadbconnector", "mariadb"), ("asyncmy", "asyncmy"), ("aiomysql", "aiomysql"),
+        ),
+    ),
+    tables={NATIVE: _NATIVE_DDL},
+    # The generic transactional mark: neither MySQL nor MariaDB has UPDATE … RETURNING.
+    shard_column=True,  # a virtual column (pyharvest_shard_ddl), indexed with the id
+)
+
 
 @hookimpl
-def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str] | None:
-    if table.layout != "native":
-        return None
-    return [create_table_ddl(table, _sa_dialect, _NATIVE_DDL)]
+def pyharvest_dialect() -> DialectOptions:
+    return DIALECT
 
 
 @hookimpl
-def pyharvest_shard_filter(source: sa.FromClause, shards: int, shard: int) -> sa.ColumnElement[bool]:
-    return shard_column_filter(shards, shard)
+def pyharvest_engine_options(url: sa.URL) -> Mapping[str, Any]:
+    return {"isolation_level": "READ COMMITTED"}
 
 
 @hookimpl

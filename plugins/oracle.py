@@ -17,51 +17,23 @@ case-insensitive (upper-case) names. ``schema_ddl`` has no ``IF NOT EXISTS`` bef
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import oracle
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.compiler import SQLCompiler
 
 from pyharvest.plugins.api import (
     KEY_LENGTH,
+    NATIVE,
     Capabilities,
-    MarkQuery,
-    MarkStrategy,
+    DialectOptions,
+    MarkOptions,
     MergeForm,
     OutboxTable,
-    ReturningIdsMark,
     TableOptions,
-    UpsertFromSelect,
-    compile_merge,
-    create_table_ddl,
     hookimpl,
 )
 
-NAME = "oracle"
 _preparer = oracle.dialect().identifier_preparer  # type: ignore[no-untyped-call]  # SQLAlchemy's dialect __init__ is unannotated
-_sa_dialect = oracle.dialect()  # type: ignore[no-untyped-call]  # compiles the DDL
-
-
-@hookimpl
-def pyharvest_dialect_name() -> str:
-    return NAME
-
-
-@hookimpl
-def pyharvest_url_backends() -> Sequence[str]:
-    return ("oracle",)
-
-
-@hookimpl
-def pyharvest_capabilities() -> Capabilities:
-    # DDL commits implicitly; IN lists stop at 1,000 (the default list limit).
-    return Capabilities(
-        transactional_ddl=False, driver_packages=(("oracledb", "pyharvest[oracle]"), ("cx_oracle", "cx_Oracle")),
-        privilege_errors=(1031,),  # ORA-01031: insufficient privileges
-    )
-
 
 _NATIVE_DDL = TableOptions(
     types={
@@ -75,18 +47,24 @@ _NATIVE_DDL = TableOptions(
     if_not_exists=False,  # init-db creates the table only when it is missing
 )
 
-
-@hookimpl
-def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str] | None:
-    if table.layout != "native":
-        return None
-    return [create_table_ddl(table, _sa_dialect, _NATIVE_DDL)]
-
-
-@hookimpl
-def pyharvest_mark_strategy(table: OutboxTable) -> MarkStrategy:
+DIALECT = DialectOptions(
+    name="oracle",
+    # DDL commits implicitly; IN lists stop at 1,000 (the default list limit).
+    capabilities=Capabilities(
+        transactional_ddl=False, driver_packages=(("oracledb", "pyharvest[oracle]"), ("cx_oracle", "cx_Oracle")),
+        privilege_errors=(1031,),  # ORA-01031: insufficient privileges
+    ),
+    tables={NATIVE: _NATIVE_DDL},
     # lock=False: Oracle refuses FOR UPDATE beside FETCH FIRST; the update's own row locks serialise markers.
-    return ReturningIdsMark(MarkQuery(table, lock=False))
+    mark=MarkOptions(returning="ids", lock=False),
+    # MERGE may not touch a target row twice (ORA-30926): UpsertFromSelect reads each key's last row only.
+    merge=MergeForm(alias_as=False, parenthesised_match=True, qualified_columns=True),
+)
+
+
+@hookimpl
+def pyharvest_dialect() -> DialectOptions:
+    return DIALECT
 
 
 @hookimpl
@@ -105,19 +83,3 @@ def pyharvest_key_hash_guard(table: OutboxTable, name: str) -> Sequence[str]:
         f"ALTER TABLE {table.name.quoted(_preparer)} ADD CONSTRAINT {_preparer.quote(name)} "
         "CHECK (kafka_key_hash IS NOT NULL) ENABLE NOVALIDATE"
     ]
-
-
-# MERGE may not touch a target row twice (ORA-30926): UpsertFromSelect reads each key's last row only.
-_MERGE = MergeForm(alias_as=False, parenthesised_match=True, qualified_columns=True)
-
-
-@compiles(UpsertFromSelect, "oracle")
-def _merge(element: UpsertFromSelect, compiler: SQLCompiler, **kw: Any) -> str:
-    return compile_merge(element, compiler, _MERGE, **kw)
-
-
-@hookimpl
-def pyharvest_upsert_from_select(
-    target: sa.Table, source: sa.Select[Any], keys: Sequence[str], order: Sequence[sa.ColumnElement[Any]]
-) -> sa.Executable:
-    return UpsertFromSelect(target, source, keys, order)

@@ -28,6 +28,7 @@ from pyharvest.plugins.api import (
     NATIVE,
     BulkWriter,
     Capabilities,
+    DialectOptions,
     ListenerFactory,
     MarkQuery,
     MarkStrategy,
@@ -36,26 +37,37 @@ from pyharvest.plugins.api import (
     TableName,
     TableOptions,
     begin_if_needed,
-    create_table_ddl,
     expression_index_ddl,
     hookimpl,
     libpq_to_url,
     raise_as_sqlalchemy_error,
 )
 
-NAME = "postgresql"
-_sa_dialect = postgresql.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy's dialect __init__ is unannotated
-_preparer = _sa_dialect.identifier_preparer
+_preparer = postgresql.dialect().identifier_preparer  # type: ignore[no-untyped-call]  # SQLAlchemy's dialect __init__ is unannotated
+
+# The primary key is the only index the mark needs: it walks ids in order. Half-empty pages let
+# the mark's UPDATE stay on the page (a HOT update: no new index entry), which made a 500-row
+# mark ~6x cheaper in measurement; rows are transient, so the space is cheap.
+_NATIVE_DDL = TableOptions(identity=sa.Identity(), table_kwargs={"postgresql_with": {"fillfactor": 50}})
+
+DIALECT = DialectOptions(
+    name="postgresql",
+    capabilities=Capabilities(
+        aware_timestamps=True, transactional_ddl=True, list_limit=None, schema_usage=True, serial_sequences=True,
+        privilege_errors=("42501",),
+        driver_packages=(
+            ("psycopg", "pyharvest[postgresql]"), ("psycopg2", "psycopg2-binary"), ("asyncpg", "asyncpg"),
+            ("pg8000", "pg8000"),
+        ),
+    ),
+    # goharvest's table as goharvest creates it: BIGSERIAL ids, header arrays, a UUID leader id.
+    tables={NATIVE: _NATIVE_DDL, GOHARVEST: TableOptions()},
+)
 
 
 @hookimpl
-def pyharvest_dialect_name() -> str:
-    return NAME
-
-
-@hookimpl
-def pyharvest_url_backends() -> Sequence[str]:
-    return ("postgresql",)
+def pyharvest_dialect() -> DialectOptions:
+    return DIALECT
 
 
 @hookimpl
@@ -67,18 +79,6 @@ def pyharvest_url_hint(backend: str) -> str | None:
             "(SQLAlchemy has no 'postgres' scheme)"
         )
     return None
-
-
-@hookimpl
-def pyharvest_capabilities() -> Capabilities:
-    return Capabilities(
-        aware_timestamps=True, transactional_ddl=True, list_limit=None, schema_usage=True, serial_sequences=True,
-        privilege_errors=("42501",),
-        driver_packages=(
-            ("psycopg", "pyharvest[postgresql]"), ("psycopg2", "psycopg2-binary"), ("asyncpg", "asyncpg"),
-            ("pg8000", "pg8000"),
-        ),
-    )
 
 
 @hookimpl
@@ -107,29 +107,10 @@ def pyharvest_on_connect(dbapi_connection: Any, url: sa.URL) -> None:
 
 
 @hookimpl
-def pyharvest_table_layouts() -> Sequence[str]:
-    return (NATIVE, GOHARVEST)
-
-
-@hookimpl
 def pyharvest_detect_layout(columns: Mapping[str, Any]) -> str | None:
     if "kafka_header_keys" in columns and "kafka_header_values" in columns:
         return GOHARVEST
     return None
-
-
-# The primary key is the only index the mark needs: it walks ids in order. Half-empty pages let
-# the mark's UPDATE stay on the page (a HOT update: no new index entry), which made a 500-row
-# mark ~6x cheaper in measurement; rows are transient, so the space is cheap.
-_NATIVE_DDL = TableOptions(identity=sa.Identity(), table_kwargs={"postgresql_with": {"fillfactor": 50}})
-# goharvest's table as goharvest creates it: BIGSERIAL ids, header arrays, a UUID leader id.
-_GOHARVEST_DDL = TableOptions()
-
-
-@hookimpl
-def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str]:
-    options = _GOHARVEST_DDL if table.layout == GOHARVEST else _NATIVE_DDL
-    return [create_table_ddl(table, _sa_dialect, options)]
 
 
 def _id_in_array(id_column: sa.Column[Any], oldest: sa.Select[Any]) -> sa.ColumnElement[bool]:

@@ -17,42 +17,42 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 
 from pyharvest.plugins.api import (
+    NATIVE,
     Capabilities,
-    MarkQuery,
-    MarkStrategy,
+    DialectOptions,
+    MarkOptions,
     OutboxTable,
-    ReturningMark,
     TableName,
     TableOptions,
-    create_table_ddl,
     expression_index_ddl,
     hookimpl,
 )
 
-NAME = "sqlite"
 BUSY_TIMEOUT_SECONDS = 30.0
-_sa_dialect = sqlite.dialect()
-_preparer = _sa_dialect.identifier_preparer
+_preparer = sqlite.dialect().identifier_preparer
 
+# AUTOINCREMENT: an id is never reused after a purge (a late purge or reset of an old id must
+# not hit a new row); SQLite gives it only to a column declared exactly INTEGER PRIMARY KEY.
+_NATIVE_DDL = TableOptions(types={"id": sa.Integer(), "create_time": sa.TIMESTAMP()},
+                           table_kwargs={"sqlite_autoincrement": True})
 
-@hookimpl
-def pyharvest_dialect_name() -> str:
-    return NAME
-
-
-@hookimpl
-def pyharvest_url_backends() -> Sequence[str]:
-    return ("sqlite",)
-
-
-@hookimpl
-def pyharvest_capabilities() -> Capabilities:
-    return Capabilities(
+DIALECT = DialectOptions(
+    name="sqlite",
+    capabilities=Capabilities(
         transactional_ddl=True,
         integer_ids=True,
         grants=False,  # no roles: the file's permissions decide
         driver_packages=(("pysqlite", "(Python's sqlite3)"), ("aiosqlite", "aiosqlite")),
-    )
+    ),
+    tables={NATIVE: _NATIVE_DDL},
+    # No row locks: the write lock serialises markers.
+    mark=MarkOptions(returning="rows", lock=False),
+)
+
+
+@hookimpl
+def pyharvest_dialect() -> DialectOptions:
+    return DIALECT
 
 
 @hookimpl
@@ -66,24 +66,6 @@ def pyharvest_on_connect(dbapi_connection: Any, url: sa.URL) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.close()
-
-
-# AUTOINCREMENT: an id is never reused after a purge (a late purge or reset of an old id must
-# not hit a new row); SQLite gives it only to a column declared exactly INTEGER PRIMARY KEY.
-_NATIVE_DDL = TableOptions(types={"id": sa.Integer(), "create_time": sa.TIMESTAMP()},
-                           table_kwargs={"sqlite_autoincrement": True})
-
-
-@hookimpl
-def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str] | None:
-    if table.layout != "native":
-        return None
-    return [create_table_ddl(table, _sa_dialect, _NATIVE_DDL)]
-
-
-@hookimpl
-def pyharvest_mark_strategy(table: OutboxTable) -> MarkStrategy:
-    return ReturningMark(MarkQuery(table, lock=False))
 
 
 @hookimpl

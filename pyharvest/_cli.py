@@ -23,11 +23,12 @@ from pyharvest._commands.files import add_file_argument
 from pyharvest._commands.process import run_command, setup_logging
 from pyharvest._commands.schema import GRANT_COMPONENTS
 from pyharvest._version import __version__
-from pyharvest.core.config import POISON_POLICIES, mask_data_source, resolve_section, section_errors
+from pyharvest.core.config.choices import PoisonPolicy
+from pyharvest.core.config.settings import mask_data_source, resolve_section, section_errors
 
 if TYPE_CHECKING:
-    from pyharvest.core.config import Config as HarvestConfig
-    from pyharvest.core.config import ReaperConfig
+    from pyharvest.core.config.settings import Config as HarvestConfig
+    from pyharvest.core.config.settings import ReaperConfig
 
 log = logging.getLogger("pyharvest.reaper")
 
@@ -118,10 +119,10 @@ def check_harvest_config(cfg: HarvestConfig) -> None:
     :class:`~pyharvest.core.errors.HarvestError`) as ``reaper`` would."""
     from pyharvest.bindings.kafka.preflight import check_properties
     from pyharvest.bindings.sql.connect import load_driver, resolve
+    from pyharvest.core.config.kafka_origins import explain_harvest_refusal
+    from pyharvest.core.delivery.sender import producer_config
+    from pyharvest.core.election.group_protocol import leader_client_configs
     from pyharvest.core.errors import KafkaPropertyError
-    from pyharvest.core.group_protocol import leader_client_configs
-    from pyharvest.core.kafka_origins import explain_harvest_refusal
-    from pyharvest.core.sender import producer_config
     from pyharvest.plugins.api import parse_table_name
 
     parse_table_name(cfg.outbox_table)
@@ -158,7 +159,10 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
         outbox = OutboxTable.build(parse_table_name(target.table))
         for what, sql in harvester_statements(
-            load_dialect(target.binding), outbox, quarantine=target.poison_policy == "quarantine", shards=target.shards
+            load_dialect(target.binding),
+            outbox,
+            quarantine=target.poison_policy == PoisonPolicy.QUARANTINE,
+            shards=target.shards,
         ):
             print(f"\n-- {what}\n{sql};")
     return EXIT_OK
@@ -171,7 +175,8 @@ def cmd_init_db(args: argparse.Namespace) -> int:
     target = outbox_target(args)
     # From the file, the table is made ready for how it will be harvested.
     shards = args.shards or (target.config.shards if target.config is not None else 1)
-    quarantine = args.quarantine or (target.config is not None and target.config.poison_policy == "quarantine")
+    configured = target.config is not None and target.config.poison_policy == PoisonPolicy.QUARANTINE
+    quarantine = args.quarantine or configured
     create_outbox_table(target.data_source, target.table, target.binding, quarantine=quarantine, shards=shards)
     print(f"outbox table {target.table!r} is ready at {mask_data_source(target.data_source)}")
     return EXIT_OK
@@ -245,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also print every statement the harvester runs (mark, purge, reset, quarantine), compiled for it",
     )
     schema.add_argument(
-        "--poison-policy", choices=POISON_POLICIES, default=None,
+        "--poison-policy", choices=[p.value for p in PoisonPolicy], default=None,
         help="with --statements or --grants: this policy's (quarantine adds the key filter and its table); "
         "default block",
     )

@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Self
 
-from pyharvest.core.binding import DatabaseBinding, ShardableBinding
-from pyharvest.core.config import Config
+from pyharvest.core.config.choices import PoisonPolicy
+from pyharvest.core.config.settings import Config
+from pyharvest.core.engine.harvest import HarvestEngine
+from pyharvest.core.engine.lifecycle import State
+from pyharvest.core.engine.sharded import ShardedHarvestEngine
 from pyharvest.core.errors import ConfigError
-from pyharvest.core.events import EventHandler
-from pyharvest.core.harvest import HarvestEngine
-from pyharvest.core.health import Health
-from pyharvest.core.kafka import KafkaClients
-from pyharvest.core.lifecycle import State
-from pyharvest.core.metrics import HarvestMetrics
-from pyharvest.core.sharded import ShardedHarvestEngine
+from pyharvest.core.ports.database import DatabaseBinding, ShardableBinding
+from pyharvest.core.ports.kafka import KafkaClients
+from pyharvest.core.telemetry.events import EventHandler
+from pyharvest.core.telemetry.health import Health
+from pyharvest.core.telemetry.metrics import HarvestMetrics
 
 if TYPE_CHECKING:
     from pyharvest.bindings.sql import SqlBinding
 
-__all__ = ["Harvest", "ShardedHarvest"]
+__all__ = ["Harvest"]
 
 
 def _sql_binding(config: Config) -> Callable[[], SqlBinding]:
@@ -31,7 +31,7 @@ def _sql_binding(config: Config) -> Callable[[], SqlBinding]:
 
         return create_binding(
             config.data_source, config.outbox_table, config.binding,
-            quarantine=config.poison_policy == "quarantine",
+            quarantine=config.poison_policy == PoisonPolicy.QUARANTINE,
             # The mark thread and the delivery thread of every shard hold a connection each.
             engine_options={"pool_size": 2 * config.shards} if config.shards > 1 else None,
         )
@@ -60,13 +60,13 @@ class Harvest:
     leader group needs the same ``shards``; the leader topic's partition count is checked
     against it at start.
 
-    ``on_event`` receives every :mod:`~pyharvest.core.events` event (as does a handler given
+    ``on_event`` receives every :mod:`~pyharvest.events` event (as does a handler given
     to :meth:`set_event_handler`, before or after :meth:`start`); with shards, each carries its
     ``shard``. ``binding`` and ``kafka`` replace the defaults (the SQL binding chosen by
     ``config.binding`` or the data source's scheme, and confluent-kafka clients).
 
-    What runs underneath is :attr:`runner`: a :class:`pyharvest.core.HarvestEngine` for one
-    shard, a :class:`~pyharvest.core.sharded.ShardedHarvestEngine` for more.
+    What runs underneath is :attr:`runner`: the engine of the whole outbox, or (with shards)
+    the one that runs an engine for each shard this process leads.
     """
 
     def __init__(
@@ -127,7 +127,7 @@ class Harvest:
         self.join()
 
     def set_event_handler(self, handler: EventHandler) -> None:
-        """Register the callback for :mod:`pyharvest.core.events`, before or after :meth:`start`."""
+        """Register the callback for :mod:`pyharvest.events`, before or after :meth:`start`."""
         self.runner.set_event_handler(handler)
 
     def health(self) -> Health:
@@ -188,20 +188,3 @@ class Harvest:
     @property
     def binding(self) -> DatabaseBinding | None:
         return self._engine.binding
-
-
-class ShardedHarvest(Harvest):
-    """Deprecated: :class:`Harvest` honours ``config.shards`` itself."""
-
-    def __init__(
-        self,
-        config: Config,
-        *,
-        binding: ShardableBinding | Callable[[], ShardableBinding] | None = None,
-        kafka: KafkaClients | None = None,
-        on_event: EventHandler | None = None,
-    ) -> None:
-        warnings.warn(
-            "ShardedHarvest is deprecated: Harvest harvests in config.shards shards", DeprecationWarning, stacklevel=2
-        )
-        super().__init__(config, binding=binding, kafka=kafka, on_event=on_event)

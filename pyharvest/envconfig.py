@@ -33,7 +33,9 @@ Rules, chosen so that every name means exactly one key:
 * Two variables naming the same key are an error.
 
 Apply :func:`apply_env_overrides` to the raw YAML mapping before
-:meth:`ReaperConfig.from_mapping`, or let :func:`load_reaper_config` do both.
+:meth:`ReaperConfig.from_mapping`, or let :func:`load_reaper_config` do both. A file's
+``harvest:`` section is a :class:`~pyharvest.Config`, its ``logging:`` section a
+:class:`LoggingConfig`, and the whole a :class:`ReaperConfig`.
 """
 
 from __future__ import annotations
@@ -45,10 +47,27 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from pyharvest.core.config import Config, Limits, LoggingConfig, ReaperConfig, mask_kafka_config, read_yaml_file
+from pyharvest._public import publish
+from pyharvest.core.config.settings import (
+    Config,
+    Limits,
+    LoggingConfig,
+    ReaperConfig,
+    mask_kafka_config,
+    read_yaml_file,
+)
 from pyharvest.core.errors import ConfigError
 
-__all__ = ["PREFIX", "Override", "apply_env_overrides", "env_overrides", "load_reaper_config", "parse_value"]
+__all__ = [
+    "PREFIX",
+    "LoggingConfig",
+    "Override",
+    "ReaperConfig",
+    "apply_env_overrides",
+    "env_overrides",
+    "load_reaper_config",
+    "parse_value",
+]
 
 PREFIX = "PYHARVEST_"
 
@@ -100,7 +119,7 @@ class Override:
         if len(self.path) >= 2 and self.path[-2] in ("baseKafkaConfig", "producerKafkaConfig"):
             return mask_kafka_config({self.path[-1]: self.value})[self.path[-1]]
         if self.path[-1] == "dataSource" and isinstance(self.value, str):
-            from pyharvest.core.config import mask_data_source
+            from pyharvest.core.config.settings import mask_data_source
 
             return mask_data_source(self.value)
         if re.search(r"password|secret|token", self.path[-1], re.IGNORECASE):
@@ -267,3 +286,6 @@ def load_reaper_config(path: str, environ: Mapping[str, str] | None = None) -> R
     """:meth:`ReaperConfig.load` with the environment's overrides applied; same errors."""
     data = read_yaml_file(path)
     return ReaperConfig.from_mapping(apply_env_overrides(data, environ))
+
+
+publish(__name__, globals(), __all__)

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from pyharvest.core.records import Header
+from pyharvest.core.outbox.records import Header
 
 __all__ = ["TRACE_HEADERS", "available", "trace_headers", "with_trace_headers"]
 

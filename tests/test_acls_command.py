@@ -11,9 +11,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pyharvest import Config
 from pyharvest._cli import main as reaper
-from pyharvest.core.acls import describe_principal, harvest_acls, is_authorization_failure, principal_of, refused
-from pyharvest.core.config import Config
+from pyharvest.core.config.kafka_acls import (
+    describe_principal,
+    harvest_acls,
+    is_authorization_failure,
+    principal_of,
+    refused,
+)
 
 SASL = {"bootstrap.servers": "kafka:9093", "security.protocol": "SASL_SSL", "sasl.mechanisms": "SCRAM-SHA-512",
         "sasl.username": "svc-outbox", "sasl.password": "s3cr3t"}
@@ -112,7 +118,7 @@ def doc_tables(heading: str) -> dict[str, list[tuple[str, ...]]]:
 
 
 def test_the_documented_acl_tables_are_what_reaper_acls_prints() -> None:
-    from pyharvest.core.acls import inbox_acls, verify_acls
+    from pyharvest.core.config.kafka_acls import inbox_acls, verify_acls
 
     def rows(acls: list) -> list[tuple[str, str]]:
         return [(a.resource.replace("-", " "), ", ".join(a.operations)) for a in acls]

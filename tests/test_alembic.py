@@ -171,7 +171,7 @@ def test_offline_sql_with_a_schema() -> None:
 
 
 def test_an_unknown_table_name_is_refused_before_any_sql() -> None:
-    from pyharvest import ConfigError
+    from pyharvest.errors import ConfigError
 
     buffer = io.StringIO()
     op = Operations(MigrationContext.configure(dialect_name="sqlite", opts={"as_sql": True, "output_buffer": buffer}))

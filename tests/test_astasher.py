@@ -12,9 +12,9 @@ import sqlalchemy as sa
 
 from pyharvest import stasher
 from pyharvest.bindings.sql import GOHARVEST, create_binding, create_outbox_table
-from pyharvest.core.records import InvalidRecordError, OutboxRecord
+from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
 from pyharvest.stasher import Stasher
-from tests.fixtures.databases import selected_dialects
+from tests.helpers.fixtures.databases import selected_dialects
 
 pytest.importorskip("greenlet", reason="SQLAlchemy's asyncio needs greenlet")
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine  # noqa: E402
@@ -217,7 +217,7 @@ def test_wrong_kind_of_transaction_is_refused(tmp_path) -> None:
 
 
 def test_limits_are_checked_before_anything_is_written(outbox) -> None:
-    from pyharvest import KeyTooLongError, RecordTooLargeError
+    from pyharvest.errors import KeyTooLongError, RecordTooLargeError
 
     url, table, binding = outbox
 

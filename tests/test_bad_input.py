@@ -21,16 +21,17 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
-from pyharvest import Config, ConfigError, Harvest, Limits, OutboxRecord, stasher
+from pyharvest import Config, Harvest, Limits, OutboxRecord, stasher
 from pyharvest._cli import main as reaper
 from pyharvest.bindings.sql import create_binding, create_outbox_table
 from pyharvest.core.errors import BindingError
-from pyharvest.core.records import InvalidRecordError
+from pyharvest.core.outbox.records import InvalidRecordError
+from pyharvest.errors import ConfigError
 from pyharvest.plugins.api import GOHARVEST
-from tests.fakes import FakeBinding, FakeKafka
-from tests.kafka_tools import create_topic, read_topic, values_per_key
-from tests.test_harvest_e2e import outbox_count
-from tests.waiting import wait_until
+from tests.helpers.fakes import FakeBinding, FakeKafka
+from tests.helpers.outbox import outbox_count
+from tests.helpers.topics import create_topic, read_topic, values_per_key
+from tests.helpers.waiting import wait_until
 
 # ---------------------------------------------------------------------- stash time
 

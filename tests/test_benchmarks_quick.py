@@ -40,7 +40,7 @@ def test_every_scenario_runs_and_verifies(dialect, database_url, kafka_bootstrap
 def test_both_delivery_modes_run_side_by_side(dialect, database_url, kafka_bootstrap, tmp_path):
     """``--delivery at-least-once,exactly-once`` at toy size: each scenario in each mode, and
     the exactly-once runs read back with no duplicate (Apache Kafka; PostgreSQL is enough)."""
-    from tests.fixtures.kafka import on_embedded_broker
+    from tests.helpers.fixtures.kafka import on_embedded_broker
 
     if dialect != "postgresql" or on_embedded_broker():
         pytest.skip("exactly-once needs Apache Kafka; one live database proves the plumbing")

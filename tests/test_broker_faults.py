@@ -3,7 +3,7 @@ or SIGSTOPped for longer than the clients' request timeouts. Nothing may be lost
 the harvester must carry on by itself (no restart), and ``/readyz`` must say not ready while
 the broker is gone.
 
-Each test runs a private Apache Kafka (``tests.faults.apache``), so that the broker the rest of
+Each test runs a private Apache Kafka (``tests.helpers.faults.apache``), so that the broker the rest of
 the suite shares is never touched.
 """
 
@@ -16,19 +16,19 @@ import pytest
 from benchmarks.topic_check import read_back
 from pyharvest import Harvest
 from pyharvest.bindings.sql import create_outbox_table
-from tests.faults.apache import ApacheKafka
-from tests.fixtures.kafka import on_embedded_broker
-from tests.kafka_tools import create_topic
-from tests.test_failover import wait_for
-from tests.test_faults import Writer, config
-from tests.test_harvest_e2e import outbox_count
+from tests.helpers.faults.apache import ApacheKafka
+from tests.helpers.fixtures.kafka import on_embedded_broker
+from tests.helpers.outbox import Writer, outbox_count
+from tests.helpers.reapers import config
+from tests.helpers.topics import create_topic
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420)]
 
 pytest.importorskip("prometheus_client")
 
 from pyharvest.bindings.ops import start_ops_server  # noqa: E402
-from tests.test_metrics_server import LOCAL, probe  # noqa: E402
+from tests.helpers.ops import LOCAL, probe  # noqa: E402
 
 BACKLOG = 20_000
 DOWN_FOR = 10.0
@@ -79,19 +79,19 @@ def drain_through(fault, pg_url: str, table_name: str, topic_name: str, kafka: A
     ops = start_ops_server(h, LOCAL)
     try:
         with h:
-            wait_for(lambda: h.is_leader, 60, "leadership")
-            wait_for(lambda: outbox_count(pg_url, table_name) < BACKLOG - 2_000, 60, "the drain to get going")
+            wait_until(lambda: h.is_leader, 60, "leadership")
+            wait_until(lambda: outbox_count(pg_url, table_name) < BACKLOG - 2_000, 60, "the drain to get going")
             writer.start()
             fault(kafka, ops)
             try:
-                wait_for(lambda: ready(ops) == 200, 120, "/readyz to say ready again once the broker is back")
+                wait_until(lambda: ready(ops) == 200, 120, "/readyz to say ready again once the broker is back")
             except AssertionError as e:
                 # Seen once in about a dozen runs on a loaded machine: say what was still down.
                 raise AssertionError(f"{e}; /readyz: {probe(ops, '/readyz')}; health: {h.health()}; "
                                      f"leader: {h.is_leader}; in flight: {h.in_flight_records}; the broker's "
                                      f"log ({kafka.data_dir}) ends:\n{kafka.log_tail()}\n{thread_stacks()}") from None
             writer.stop()
-            wait_for(lambda: outbox_count(pg_url, table_name) == 0, 180, "the outbox to drain after the fault")
+            wait_until(lambda: outbox_count(pg_url, table_name) == 0, 180, "the outbox to drain after the fault")
             # It carried on by itself: the same harvester, still running, still leading.
             assert h.health().running and h.is_leader
     finally:
@@ -106,7 +106,7 @@ def test_a_broker_killed_mid_drain_and_restarted_loses_nothing(pg_url, table_nam
     def crash(kafka: ApacheKafka, ops) -> None:
         kafka.kill()
         down_at = time.monotonic()
-        wait_for(lambda: ready(ops) == 503, 30, "/readyz to say not ready with the broker down")
+        wait_until(lambda: ready(ops) == 503, 30, "/readyz to say not ready with the broker down")
         _, body = probe(ops, "/readyz")
         assert "broker" in body["down"], body
         # Not ready for as long as the broker stays down (the probe answers all the while).
@@ -126,7 +126,7 @@ def test_a_broker_paused_past_the_request_timeouts_loses_nothing(pg_url, table_n
         kafka.pause()
         paused_at = time.monotonic()
         try:
-            wait_for(lambda: ready(ops) == 503, 30, "/readyz to say not ready with the broker frozen")
+            wait_until(lambda: ready(ops) == 503, 30, "/readyz to say not ready with the broker frozen")
             while time.monotonic() - paused_at < 15:
                 time.sleep(0.5)
         finally:

@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from benchmarks.children import python_module
 from pyharvest import OutboxRecord
 from pyharvest.bindings.sql import create_binding
-from pyharvest.core.binding import QuarantineEntry
-from tests.test_quarantine import stash_all
+from pyharvest.core.ports.database import QuarantineEntry
+from tests.helpers.outbox import stash_all
 
 
 def reaper(*args: str, env: dict[str, str] | None = None, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -106,7 +106,7 @@ def test_inbox_dead_letters_take_the_data_source_from_the_environment(tmp_path, 
 def test_verify_takes_kafka_from_the_file(tmp_path, kafka_bootstrap, topic_name):
     from confluent_kafka import Producer
 
-    from tests.kafka_tools import create_topic
+    from tests.helpers.topics import create_topic
 
     create_topic(kafka_bootstrap, topic_name, partitions=1)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})

@@ -6,9 +6,10 @@ import re
 
 import pytest
 
-from pyharvest import Config, ConfigError, Limits
-from pyharvest.core.config import ReaperConfig, mask_data_source
-from pyharvest.core.durations import parse_duration
+from pyharvest import Config, Limits
+from pyharvest.core.config.durations import parse_duration
+from pyharvest.core.config.settings import ReaperConfig, mask_data_source
+from pyharvest.errors import ConfigError
 
 GOHARVEST_YAML = """
 harvest:

@@ -1,4 +1,4 @@
-"""The YAML conventions the harvester's and the inbox's configurations share (pyharvest.core.config_mapping)."""
+"""The YAML conventions the harvester's and the inbox's configurations share (pyharvest.core.config.mapping)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from dataclasses import dataclass, field, fields
 
 import pytest
 
-from pyharvest.core.config import Config, Limits
-from pyharvest.core.config_mapping import (
+from pyharvest.core.config.mapping import (
     config_to_mapping,
     limits_from_mapping,
     limits_to_mapping,
@@ -21,6 +20,7 @@ from pyharvest.core.config_mapping import (
     section_from_mapping,
     yaml_key,
 )
+from pyharvest.core.config.settings import Config, Limits
 from pyharvest.core.errors import ConfigError
 from pyharvest.inbox.config import InboxConfig, InboxLimits
 
@@ -184,7 +184,7 @@ def test_repr_and_str_show_the_class_and_no_secret():
 
 
 def test_one_file_may_hold_every_commands_section():
-    from pyharvest.core.config import file_sections
+    from pyharvest.core.config.settings import file_sections
 
     data = {"harvest": {}, "inbox": {}, "logging": {}, "metrics": {}}
     assert file_sections(data, "inbox") is data

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from pyharvest.core.config import Config, Limits
-from pyharvest.core.delivery import DeliveryProcessor, Flight
-from pyharvest.core.events import DeliveryFailed, MeterRead, RecordQuarantined
-from pyharvest.core.kafka import DeliveryError
-from pyharvest.core.metrics import HarvestMetrics
-from pyharvest.core.records import OutboxRecord
-from tests.fakes import FakeBinding
+from pyharvest.core.config.settings import Config, Limits
+from pyharvest.core.delivery.processor import DeliveryProcessor, Flight
+from pyharvest.core.outbox.records import OutboxRecord
+from pyharvest.core.ports.kafka import DeliveryError
+from pyharvest.core.telemetry.events import DeliveryFailed, MeterRead, RecordQuarantined
+from pyharvest.core.telemetry.metrics import HarvestMetrics
+from tests.helpers.fakes import FakeBinding
 
 TIMEOUT = DeliveryError("REQUEST_TIMED_OUT", "broker did not answer")
 TOO_LARGE = DeliveryError("MSG_SIZE_TOO_LARGE", "message too large", retriable=False)
@@ -314,7 +314,7 @@ def test_a_quarantined_key_says_how_to_replay_or_discard_it(caplog):
 
 
 def test_every_poison_code_of_the_kafka_binding_has_a_hint():
-    from pyharvest.core.poison_hints import _HINTS
+    from pyharvest.core.delivery.poison_hints import _HINTS
 
     confluent = pytest.importorskip("pyharvest.bindings.kafka.confluent")
     from confluent_kafka import KafkaError

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from pyharvest.bindings.sql.bulk_insert import BulkInsert
 from pyharvest.plugins import hookspecs
-from pyharvest.plugins.api import Dialect, UTCDateTime, hookimpl, load_dialect
+from pyharvest.plugins.api import Dialect, DialectOptions, UTCDateTime, hookimpl, load_dialect
 
 BUILTIN = ["postgresql", "mysql", "sqlite", "mssql", "oracle"]
 NEW_HOOKS = [
@@ -35,10 +35,10 @@ def _bare_dialect() -> Dialect:
     plugin = types.ModuleType("bare_dialect")
 
     @hookimpl
-    def pyharvest_dialect_name() -> str:
-        return "bare"
+    def pyharvest_dialect() -> DialectOptions:
+        return DialectOptions(name="bare")
 
-    plugin.pyharvest_dialect_name = pyharvest_dialect_name  # type: ignore[attr-defined]
+    plugin.pyharvest_dialect = pyharvest_dialect  # type: ignore[attr-defined]
     return Dialect("bare", plugin)
 
 

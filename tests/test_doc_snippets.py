@@ -1,6 +1,6 @@
 """Every Python block of README.md and docs/**/*.md runs, against SQLite and the session's broker.
 
-Each page's blocks run in order in one interpreter (``tests/doc_snippets_driver.py``), in a
+Each page's blocks run in order in one interpreter (``tests/helpers/doc_snippets_driver.py``), in a
 fresh directory, so a page may build on its earlier blocks as a reader would. The pages name
 the servers a reader has (``postgresql+psycopg://app@localhost/app``, ``localhost:9092``); the
 test points those at SQLite in the page's directory and at the session's broker (Apache Kafka
@@ -156,12 +156,12 @@ def pages_bootstrap(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
     earlier run's records. So the pages get a private Apache Kafka of their own; on the
     embedded broker (in memory, new each session) or a cluster named in
     ``PYHARVEST_TEST_KAFKA``, the session's broker."""
-    from tests.fixtures.kafka import broker_choice
+    from tests.helpers.fixtures.kafka import broker_choice
 
     if broker_choice() != "apache":
         yield request.getfixturevalue("kafka_bootstrap")
         return
-    from tests.faults.apache import ApacheKafka
+    from tests.helpers.faults.apache import ApacheKafka
 
     with ApacheKafka(tmp_path_factory.mktemp("pages-kafka")) as kafka:
         yield kafka.bootstrap_servers
@@ -187,7 +187,7 @@ def test_page_snippets_run(page: Path, pages_bootstrap: str, tmp_path: Path) -> 
     (tmp_path / "blocks.json").write_text(json.dumps(spec), encoding="utf-8")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        python_module("tests.doc_snippets_driver", "blocks.json"), cwd=tmp_path, env=env,
+        python_module("tests.helpers.doc_snippets_driver", "blocks.json"), cwd=tmp_path, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     output: list[str] = []

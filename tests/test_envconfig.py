@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from benchmarks.children import python_module
-from pyharvest.core.config import ReaperConfig
+from pyharvest.core.config.settings import ReaperConfig
 from pyharvest.core.errors import ConfigError
 from pyharvest.envconfig import apply_env_overrides, env_overrides, load_reaper_config, parse_value
 
@@ -209,7 +209,7 @@ def test_the_generated_configuration_reference_covers_every_key(monkeypatch):
     import dataclasses
 
     from pyharvest.bindings.ops.config import METRICS_KEYS
-    from pyharvest.core.config import Config, Limits
+    from pyharvest.core.config.settings import Config, Limits
 
     path = Path(__file__).parent.parent / "docs" / "gen_config_reference.py"
     spec = importlib.util.spec_from_file_location("gen_config_reference", path)

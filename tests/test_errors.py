@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import inspect
+import pyharvest.errors
+from pyharvest.core import errors
+from pyharvest.core.inbox import errors as inbox_errors
+from pyharvest.core.ports import kafka
 
-from pyharvest.core import errors, kafka
 
-
-def test_every_error_is_a_harvest_error():
-    classes = [obj for _, obj in inspect.getmembers(errors, inspect.isclass) if obj.__module__ == errors.__name__]
-    assert {c.__name__ for c in classes} >= {"BindingError", "ConfigError", "TopicError"}
-    assert all(issubclass(c, errors.HarvestError) for c in classes)
+def test_every_error_is_a_harvest_error_and_public():
+    classes = [getattr(m, name) for m in (errors, inbox_errors) for name in m.__all__ if name.endswith("Error")]
+    assert {c.__name__ for c in classes} >= {"BindingError", "ConfigError", "TopicError", "HandlerError"}
+    for c in classes:
+        assert issubclass(c, errors.HarvestError)
+        assert getattr(pyharvest.errors, c.__name__) is c and c.__module__ == "pyharvest.errors"
 
 
 def test_topic_error_is_still_importable_beside_the_kafka_protocols():

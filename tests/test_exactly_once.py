@@ -15,10 +15,10 @@ import pytest
 from pyharvest import Config, Harvest, Limits
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.errors import HarvestError
-from tests.fixtures.kafka import on_embedded_broker
-from tests.kafka_tools import create_topic, read_topic, values_per_key
-from tests.test_harvest_e2e import outbox_count, wait_empty, write_concurrently
-from tests.waiting import wait_until
+from tests.helpers.fixtures.kafka import on_embedded_broker
+from tests.helpers.outbox import outbox_count, wait_empty, write_concurrently
+from tests.helpers.topics import create_topic, read_topic, values_per_key
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.db]
 
@@ -128,7 +128,7 @@ class Lease:
         self.leading = False
 
     def acquire(self) -> None:
-        from pyharvest.core.neli import LeaderStatus
+        from pyharvest.core.election.neli import LeaderStatus
 
         self._pending = LeaderStatus.ACQUIRED
 
@@ -159,7 +159,7 @@ class Lease:
 
 def leader(config: Config, clients, leases: list):
     from pyharvest._harvest import _sql_binding
-    from pyharvest.core.harvest import HarvestEngine
+    from pyharvest.core.engine.harvest import HarvestEngine
 
     def lease(on_status):
         leases.append(Lease(on_status))

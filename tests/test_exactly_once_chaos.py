@@ -15,12 +15,11 @@ import pytest
 
 from benchmarks.topic_check import read_back
 from pyharvest.bindings.sql import create_outbox_table
-from tests.fixtures.kafka import on_embedded_broker
-from tests.kafka_tools import create_topic
-from tests.test_failover import wait_for
-from tests.test_faults import Writer
-from tests.test_harvest_e2e import outbox_count
-from tests.test_sharded_chaos import SHARDS, Spawner, live_databases, shards_of, stop_all, stop_at_random, write_config
+from tests.helpers.fixtures.kafka import on_embedded_broker
+from tests.helpers.outbox import Writer, outbox_count
+from tests.helpers.reapers import SHARDS, Spawner, live_databases, shards_of, stop_all, stop_at_random, write_config
+from tests.helpers.topics import create_topic
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(360)]
 
@@ -42,14 +41,14 @@ def test_kills_stops_and_a_frozen_leader_publish_every_record_exactly_once(
     writer = Writer(database_url, table_name, topic_name, keys=200, batch=20, pause=0.02).start()
     actions: list[str] = []
     try:
-        wait_for(lambda: sum(1 for r in reapers if shards_of(r)) >= 2, 90, "shard leaders in two processes")
+        wait_until(lambda: sum(1 for r in reapers if shards_of(r)) >= 2, 90, "shard leaders in two processes")
         # First the frozen leader: stopped for three heartbeat timeouts (its session expires
         # and its shards move), then thawed. Its open transaction was aborted by its shards'
         # new leaders; what it tries next must be refused by Kafka, not published.
         frozen = rnd.choice([r for r in reapers if shards_of(r)])
         frozen.signal(signal.SIGSTOP)
         actions.append(f"SIGSTOP {sorted(shards_of(frozen))}")
-        wait_for(
+        wait_until(
             lambda: set().union(*(shards_of(r) for r in reapers if r is not frozen)) == set(range(SHARDS)),
             60,
             "the frozen leader's shards to move",
@@ -57,7 +56,7 @@ def test_kills_stops_and_a_frozen_leader_publish_every_record_exactly_once(
         frozen.signal(signal.SIGCONT)
         actions += stop_at_random(reapers, spawn, rnd, seconds, pause=(2, 4))
         writer.stop()
-        wait_for(lambda: outbox_count(database_url, table_name) == 0, 150, "the survivors to drain the outbox")
+        wait_until(lambda: outbox_count(database_url, table_name) == 0, 150, "the survivors to drain the outbox")
         died = [r for r in reapers if r.proc.poll() is not None]
         assert not died, f"a reaper exited by itself: {died[0].log()[-3000:]}"
     finally:

@@ -4,57 +4,23 @@ mid-stream; the survivors finish the job with nothing lost and per-key order hel
 from __future__ import annotations
 
 import signal
-import subprocess
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 import yaml
 
-from benchmarks.children import python_module
 from pyharvest import OutboxRecord, stasher
 from pyharvest.bindings.sql import create_outbox_table
-from tests.kafka_tools import create_topic, read_topic, values_per_key
-from tests.test_harvest_e2e import collapse_one_off_duplicates, wait_empty
-from tests.waiting import wait_until
-
-wait_for = wait_until  # the name other test modules import from here
+from tests.helpers.outbox import collapse_one_off_duplicates, wait_empty
+from tests.helpers.reapers import Reaper, stop_all
+from tests.helpers.topics import create_topic, read_topic, values_per_key
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
-
-class Reaper:
-    def __init__(self, config_path: Path, log_path: Path) -> None:
-        self.log_path = log_path
-        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in wait()
-        self.proc = subprocess.Popen(
-            [*python_module("pyharvest"), "-f", str(config_path)],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def leader_terms(self) -> int:
-        text = self.log()
-        return text.count("elected leader") - text.count("lost leader status") - text.count("fenced:")
-
-    def is_leader(self) -> bool:
-        return self.proc.poll() is None and self.leader_terms() > 0
-
-    def signal(self, sig: int) -> None:
-        self.proc.send_signal(sig)
-
-    def wait(self, timeout: float = 30) -> int:
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            self._log.close()
 
 
 def test_leader_stopped_then_killed_mid_stream(
@@ -130,15 +96,7 @@ def test_leader_stopped_then_killed_mid_stream(
     finally:
         stop_writing.set()
         writing.join()
-        for r in reapers:
-            if r.proc.poll() is None:
-                r.signal(signal.SIGTERM)
-        for r in reapers:
-            try:
-                r.wait(30)
-            except subprocess.TimeoutExpired:
-                r.proc.kill()
-                r.wait(5)
+        stop_all(reapers)
         engine.dispose()
 
     total = sum(sequence.values())

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -25,16 +24,16 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
-from tests.fixtures.kafka import on_embedded_broker
-from benchmarks.topic_check import read_back
-from pyharvest import Config, Harvest, Limits, OutboxRecord, stasher
+from pyharvest import Harvest
 from pyharvest.bindings.sql import create_outbox_table
-from pyharvest.core.events import LeaderAcquired, LeaderFenced, LeaderRefreshed
-from tests.faults.kafka import proxied_broker
-from tests.faults.proxy import FaultProxy, _Conn
-from tests.kafka_tools import create_topic
-from tests.test_failover import Reaper, wait_for
-from tests.test_harvest_e2e import outbox_count
+from pyharvest.core.telemetry.events import LeaderAcquired, LeaderFenced, LeaderRefreshed
+from tests.helpers.faults.kafka import proxied_broker
+from tests.helpers.faults.proxy import FaultProxy, _Conn
+from tests.helpers.fixtures.kafka import on_embedded_broker
+from tests.helpers.outbox import Writer, outbox_count
+from tests.helpers.reapers import Reaper, check_topic, config
+from tests.helpers.topics import create_topic
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
@@ -45,79 +44,6 @@ def pg_url(dialect: str, database_url: str) -> str:
         pytest.skip("fault scenarios are dialect-independent: PostgreSQL covers them")
     return database_url
 
-
-class Writer:
-    """One writer thread stashing round-robin over ``keys`` keys (so each key's records are
-    causally ordered); ``expected`` is what it committed, in order, and ``committed_at`` when
-    each value's transaction committed."""
-
-    def __init__(self, url: str, table: str, topic: str, keys: int = 50, batch: int = 20, pause: float = 0.01) -> None:
-        self.engine = sa.create_engine(url)
-        self.table, self.topic, self.batch, self.pause = table, topic, batch, pause
-        self.keys = [f"k{i}" for i in range(keys)]
-        self.expected: list[tuple[str, bytes]] = []
-        self.committed_at: dict[bytes, float] = {}
-        self.errors: list[BaseException] = []
-        self._stop = threading.Event()
-        self._seq = dict.fromkeys(self.keys, 0)
-        self._i = 0
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def write(self, n: int) -> None:
-        with self.engine.begin() as conn:
-            prepared = stasher.Stasher(self.table).prepare(conn)
-            batch = []
-            for _ in range(n):
-                key = self.keys[self._i % len(self.keys)]
-                self._i += 1
-                batch.append((key, f"{key}:{self._seq[key]}".encode()))
-                self._seq[key] += 1
-            prepared.stash_many([OutboxRecord(self.topic, k, v) for k, v in batch])
-        now = time.time()
-        self.expected += batch
-        self.committed_at.update((v, now) for _, v in batch)
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                self.write(self.batch)
-                time.sleep(self.pause)
-        except BaseException as e:  # noqa: BLE001
-            self.errors.append(e)
-
-    def start(self) -> Writer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(30)
-        self.engine.dispose()
-        assert not self.errors, self.errors
-
-
-def config(bootstrap: str, url: str, table: str, **overrides) -> Config:
-    limits = {"heartbeat_timeout": 2.0, "min_poll_interval": 0.05, "io_error_backoff": 0.05}
-    limits.update(overrides.pop("limits", {}))
-    return Config(
-        base_kafka_config={"bootstrap.servers": bootstrap},
-        leader_group_id=overrides.pop("group", f"faults-{uuid.uuid4().hex[:8]}"),
-        data_source=url,
-        outbox_table=table,
-        limits=Limits(**limits),
-        **overrides,
-    )
-
-
-def wait_until(cond, timeout: float, what: str) -> None:
-    wait_for(cond, timeout, what)
-
-
-def check_topic(bootstrap: str, topic: str, expected) -> None:
-    report, _hidden = read_back(bootstrap, topic, expected, timeout=60, nudge_missing=on_embedded_broker())
-    print(report)
-    assert report.ok, str(report)
 
 
 # ---------------------------------------------------------------------- broker cut
@@ -234,7 +160,7 @@ class IsolatingProxy(FaultProxy):
         self._conns.add(conn)
         try:
             await gate.wait()
-            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(*self.upstream), self.connect_timeout)
+            up_reader, up_writer = await asyncio.wait_until(asyncio.open_connection(*self.upstream), self.connect_timeout)
             conn.upstream = up_writer
             conn.tasks = [
                 asyncio.create_task(self._gated_pump(reader, up_writer, gate)),
@@ -260,7 +186,7 @@ class IsolatingProxy(FaultProxy):
 
 def test_black_holed_leader_fences_itself_and_a_second_harvester_takes_over(pg_url, table_name, topic_name, tmp_path):
     from pyharvest.bindings.kafka.embedded import free_port
-    from tests.faults.kafka import broker_advertising
+    from tests.helpers.faults.kafka import broker_advertising
 
     create_outbox_table(pg_url, table_name)
     listen = free_port()

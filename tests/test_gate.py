@@ -7,9 +7,9 @@ import threading
 import time
 from collections import defaultdict
 
-from pyharvest.core.dispatch import Dispatcher
-from pyharvest.core.gate import KeyGate
-from pyharvest.core.records import OutboxRecord
+from pyharvest.core.delivery.dispatch import Dispatcher
+from pyharvest.core.delivery.gate import KeyGate
+from pyharvest.core.outbox.records import OutboxRecord
 
 _ids = iter(range(1, 1_000_000))
 

@@ -10,22 +10,21 @@ SQL Server's and Oracle's statements are compiled and asserted in ``tests/test_g
 
 from __future__ import annotations
 
-import contextlib
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import sqlalchemy as sa
 
 from pyharvest import Config, Harvest, Limits, OutboxRecord, stasher
-from pyharvest._commands.schema import SchemaTarget, grants_of
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.bindings.sql.grants import Grant, component_grants
-from pyharvest.core.errors import MissingGrantError
+from pyharvest.errors import MissingGrantError
 from pyharvest.inbox import Inbox, InboxConfig, InboxTables
 from pyharvest.plugins.api import OutboxTable, grant_statements, load_dialect, parse_table_name
-from tests.kafka_tools import create_topic, read_topic, values_per_key
-from tests.waiting import wait_until
+from tests.helpers.least_privilege import login_role, printed
+from tests.helpers.topics import create_topic, read_topic, values_per_key
+from tests.helpers.waiting import wait_until
 
 ROLES = ("postgresql", "mysql")
 
@@ -35,43 +34,6 @@ def roles_dialect(dialect: str) -> str:
     if dialect not in ROLES:
         pytest.skip(f"roles are proven on PostgreSQL and MariaDB; {dialect}'s grants are compiled")
     return dialect
-
-
-@contextlib.contextmanager
-def login_role(admin_url: str, dialect: str, grants: Callable[[str], list[str]]) -> Iterator[str]:
-    """A new login role with a password, holding the ``grants(grantee)`` statements; dropped
-    afterwards. Yields its URL."""
-    name = f"pyh_{uuid.uuid4().hex[:10]}"
-    password = f"pw-{uuid.uuid4().hex[:12]}"
-    grantee = f"{name}@%" if dialect == "mysql" else name
-    engine = sa.create_engine(admin_url)
-    create, drop = (
-        (f"CREATE USER '{name}'@'%' IDENTIFIED BY '{password}'", [f"DROP USER '{name}'@'%'"])
-        if dialect == "mysql"
-        else (f"CREATE ROLE {name} LOGIN PASSWORD '{password}'", [f"DROP OWNED BY {name}", f"DROP ROLE {name}"])
-    )
-    try:
-        with engine.begin() as c:
-            c.execute(sa.text(create))
-            for statement in grants(grantee):
-                c.execute(sa.text(statement))
-        yield sa.make_url(admin_url).set(username=name, password=password).render_as_string(hide_password=False)
-    finally:
-        with engine.begin() as c:
-            for statement in drop:
-                c.execute(sa.text(statement))
-        engine.dispose()
-
-
-def script_without_comments(script: str) -> list[str]:
-    lines = [line for line in script.splitlines() if line and not line.startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
-
-
-def printed(dialect: str, table: str, component: str, **how: object) -> Callable[[str], list[str]]:
-    """The statements `reaper schema --grants COMPONENT --role GRANTEE` prints."""
-    target = SchemaTarget(dialect, table, str(how.get("policy", "block")), int(how.get("shards", 1)), None)
-    return lambda grantee: script_without_comments(grants_of(target, component, grantee))
 
 
 def stash(url: str, table: str, records: list[OutboxRecord]) -> None:

@@ -8,15 +8,21 @@ import logging
 
 import pytest
 
-from pyharvest.core import Config
-from pyharvest.core.config import ReaperConfig
+from pyharvest import Config
+from pyharvest.core.config.settings import ReaperConfig
+from pyharvest.core.election.group_protocol import (
+    GroupSession,
+    SessionBounds,
+    choose_session,
+    leader_client_configs,
+    shard_client_configs,
+    wanted_session,
+)
+from pyharvest.core.election.neli import ShardGroup
 from pyharvest.core.errors import ConfigError, TopicError
-from pyharvest.core.group_protocol import GroupSession, SessionBounds, choose_session, wanted_session
-from pyharvest.core.group_protocol import leader_client_configs, shard_client_configs
-from pyharvest.core.neli import ShardGroup
 from pyharvest.envconfig import apply_env_overrides
-from tests.test_shard_group import Clients
-from tests.waiting import wait_until
+from tests.helpers.group_fakes import Clients
+from tests.helpers.waiting import wait_until
 
 
 def test_classic_is_the_default_and_consumer_is_chosen_in_yaml_or_the_environment() -> None:
@@ -170,7 +176,7 @@ def test_a_consumer_group_on_apache_kafka_gets_the_session_heartbeat_timeout_ask
     from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
     from pyharvest.bindings.kafka.confluent import ConfluentClients
-    from tests.fixtures.kafka import on_embedded_broker
+    from tests.helpers.fixtures.kafka import on_embedded_broker
 
     if on_embedded_broker():
         pytest.skip("the embedded broker speaks only the classic group protocol")

@@ -4,8 +4,6 @@ outbox ends empty."""
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
 
 import pytest
@@ -13,28 +11,11 @@ import sqlalchemy as sa
 
 from pyharvest import Config, Harvest, Limits, OutboxRecord, stasher
 from pyharvest.bindings.sql import create_outbox_table
-from tests.kafka_tools import create_topic, read_topic, values_per_key
+from tests.helpers.outbox import collapse_one_off_duplicates, wait_empty, write_concurrently
+from tests.helpers.topics import create_topic, read_topic, values_per_key
 
 pytestmark = pytest.mark.kafka
 
-
-def outbox_count(url: str, table: str) -> int:
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as c:
-            quoted = ".".join(engine.dialect.identifier_preparer.quote(p) for p in table.split("."))
-            return int(c.execute(sa.text(f"SELECT COUNT(*) FROM {quoted}")).scalar_one())
-    finally:
-        engine.dispose()
-
-
-def collapse_one_off_duplicates(values: list) -> list:
-    """R0 R1 R1 R2 -> R0 R1 R2: at-least-once allows a record to repeat immediately."""
-    out: list = []
-    for v in values:
-        if not out or out[-1] != v:
-            out.append(v)
-    return out
 
 
 def harvest_config(kafka_config, url: str, table: str, **limits) -> Config:
@@ -46,49 +27,6 @@ def harvest_config(kafka_config, url: str, table: str, **limits) -> Config:
         limits=Limits(heartbeat_timeout=2.0, min_poll_interval=0.05, **limits),
     )
 
-
-def write_concurrently(url: str, table: str, topic: str, writers: int, per_writer: int, keys: int) -> dict[str, list[bytes]]:
-    """Each writer owns its keys, so each key's records are causally ordered (one writer, serial)."""
-    engine = sa.create_engine(url, pool_size=writers) if not url.startswith("sqlite") else sa.create_engine(
-        url, connect_args={"timeout": 30}
-    )
-    expected: dict[str, list[bytes]] = {}
-    errors: list[BaseException] = []
-
-    def writer(w: int) -> None:
-        try:
-            my_keys = [f"key-{k}" for k in range(keys) if k % writers == w]
-            seq = dict.fromkeys(my_keys, 0)
-            n = 0
-            while n < per_writer:
-                with engine.begin() as conn:
-                    prepared = stasher.Stasher(table).prepare(conn)
-                    for _ in range(min(25, per_writer - n)):
-                        key = my_keys[n % len(my_keys)]
-                        value = f"{key}:{seq[key]}".encode()
-                        seq[key] += 1
-                        prepared.stash(OutboxRecord(topic, key, value, headers=[("writer", str(w))]))
-                        n += 1
-            for key in my_keys:
-                expected[key] = [f"{key}:{i}".encode() for i in range(seq[key])]
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    engine.dispose()
-    assert not errors, errors
-    return expected
-
-
-def wait_empty(url: str, table: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while outbox_count(url, table):
-        assert time.monotonic() < deadline, f"outbox still holds {outbox_count(url, table)} records"
-        time.sleep(0.2)
 
 
 # The suite's broker (Apache Kafka by default), and the embedded one: the zero-setup default

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from pyharvest.core.headers import decode_headers, decode_nullable_headers, encode_headers
-from pyharvest.inbox.deadletters import _decode_headers as dead_letter_headers
+from pyharvest.bindings.sql.inbox.deadletters import _decode_headers as dead_letter_headers
+from pyharvest.core.outbox.headers import decode_headers, decode_nullable_headers, encode_headers
 
 
 def test_str_bytes_and_none_values_round_trip_distinguishably() -> None:

@@ -8,12 +8,13 @@ from collections.abc import Callable
 
 import pytest
 
-from pyharvest.core import Config, HarvestEngine, Limits
-from pyharvest.core.binding import ChangeFeed
+from pyharvest import Config, Limits
+from pyharvest.core.engine.harvest import HarvestEngine
+from pyharvest.core.engine.idle import IdleBackoff, Wakeup
 from pyharvest.core.errors import ConfigError
-from pyharvest.core.idle import IdleBackoff, Wakeup
-from tests.fakes import FakeBinding, FakeKafka
-from tests.waiting import wait_until
+from pyharvest.core.ports.database import ChangeFeed
+from tests.helpers.fakes import FakeBinding, FakeKafka
+from tests.helpers.waiting import wait_until
 
 
 class Clock:

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from pyharvest import Config, DeliveryFailed, Harvest
+from pyharvest import Config, Harvest
 from pyharvest._commands.acls import acl_script
-from pyharvest.core.errors import KafkaAuthorizationError
-from tests.fixtures.secure_kafka import AclEntry, SecureKafka, parse_acl_commands
-from tests.test_kafka_acls import harvest_section, stash_records
+from pyharvest.errors import KafkaAuthorizationError
+from pyharvest.events import DeliveryFailed
+from tests.helpers.fixtures.secure_kafka import AclEntry, SecureKafka, parse_acl_commands
+from tests.helpers.least_privilege import harvest_section, stash_records
 
 pytestmark = [pytest.mark.secure, pytest.mark.kafka]
 
@@ -159,7 +160,7 @@ def test_reaper_verify_without_read_on_the_topic_fails_naming_it(
 
 @pytest.mark.parametrize("wrong", ["password", "ca"])
 def test_a_refused_login_or_tls_handshake_is_named_at_start(secure_kafka: SecureKafka, tmp_path: Path, wrong: str) -> None:
-    from pyharvest.core.errors import TopicError
+    from pyharvest.errors import TopicError
 
     user = secure_kafka.user("login")
     settings = dict(user.config)
@@ -167,7 +168,7 @@ def test_a_refused_login_or_tls_handshake_is_named_at_start(secure_kafka: Secure
         settings["sasl.password"] = "not-" + user.password
     else:
         settings["ssl.ca.location"] = str(tmp_path / "other-ca.pem")
-        (tmp_path / "other-ca.pem").write_text((Path(__file__).parent / "fixtures" / "other_ca.pem").read_text())
+        (tmp_path / "other-ca.pem").write_text((Path(__file__).parent / "helpers" / "fixtures" / "other_ca.pem").read_text())
     url = f"sqlite:///{tmp_path / 'outbox.db'}"
     stash_records(url, "unused")
     with pytest.raises(TopicError) as failed:

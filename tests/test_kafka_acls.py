@@ -16,17 +16,15 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
-from pyharvest import Config, Harvest, OutboxRecord, stasher
+from pyharvest import Config, Harvest
 from pyharvest._commands.acls import acl_script
-from pyharvest.bindings.sql import create_outbox_table
-from pyharvest.core.acls import inbox_acls, verify_acls
+from pyharvest.core.config.kafka_acls import inbox_acls, verify_acls
 from pyharvest.verify import verify_topic
-from tests.fixtures.secure_kafka import AclEntry, SecureKafka, SecureUser, parse_acl_commands
-from tests.waiting import wait_until
+from tests.helpers.fixtures.secure_kafka import AclEntry, SecureKafka, parse_acl_commands
+from tests.helpers.least_privilege import harvest_section, stash_records
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.secure, pytest.mark.kafka]
-
-KEYS, PER_KEY = 8, 15
 
 MODES = {
     "at-least-once": {},
@@ -37,33 +35,11 @@ MODES = {
 }
 
 
-def harvest_section(user: SecureUser, url: str, group: str, **mode: object) -> dict[str, object]:
-    return {
-        "baseKafkaConfig": dict(user.config), "leaderGroupID": group, "dataSource": url,
-        "limits": {"heartbeatTimeout": "2s", "minPollInterval": "50ms"}, **mode,
-    }
-
-
 def granted_by_reaper_acls(kafka: SecureKafka, sections: dict[str, object], topics: list[str]) -> list[AclEntry]:
     """The ACLs `reaper acls` prints for ``sections``, granted as its commands would."""
     entries = parse_acl_commands(acl_script(sections, topics=topics))
     kafka.grant(entries)
     return entries
-
-
-def stash_records(url: str, topic: str, shards: int = 1) -> list[tuple[str, str]]:
-    """KEYS x PER_KEY records, interleaved over keys; the (key, value) pairs in stash order."""
-    create_outbox_table(url, shards=shards)
-    engine = sa.create_engine(url)
-    expected = []
-    with engine.begin() as tx:
-        for n in range(PER_KEY):
-            for k in range(KEYS):
-                key, value = f"key-{k}", f"key-{k}:{n}"
-                stasher.stash(tx, OutboxRecord(topic, key, value.encode()))
-                expected.append((key, value))
-    engine.dispose()
-    return expected
 
 
 def outbox_rows(url: str) -> int:
@@ -144,7 +120,7 @@ def test_reaper_acls_from_a_file_runs_as_kafka_acls_sh(secure_kafka: SecureKafka
     """The printed commands, run by Apache Kafka's own kafka-acls.sh, grant what they say."""
     import subprocess
 
-    from tests.fixtures.secure_kafka import read_properties
+    from tests.helpers.fixtures.secure_kafka import read_properties
 
     tool = secure_kafka.directory / "bin" / "kafka-acls.sh"
     if not tool.exists():

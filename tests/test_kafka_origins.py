@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from pyharvest.core import Config, HarvestEngine, Limits
+from pyharvest import Config, Limits
+from pyharvest.core.config.kafka_origins import property_origin
+from pyharvest.core.engine.harvest import HarvestEngine
 from pyharvest.core.errors import ConfigError, KafkaPropertyError
-from pyharvest.core.kafka_origins import property_origin
-from tests.fakes import FakeBinding, FakeKafka
+from tests.helpers.fakes import FakeBinding, FakeKafka
 
 SECTIONS = (("x.producerKafkaConfig", {"acks": "lots"}), ("x.baseKafkaConfig", {"delivery.timeout.ms": -5, "acks": 1}))
 
@@ -71,7 +72,7 @@ def test_a_property_nobody_set_stays_a_kafka_error():
 
 def test_the_sharded_harvester_names_the_key_at_start(tmp_path):
     from pyharvest.bindings.sql import create_binding, create_outbox_table
-    from pyharvest.core.sharded import ShardedHarvestEngine
+    from pyharvest.core.engine.sharded import ShardedHarvestEngine
 
     url = f"sqlite:///{tmp_path / 'outbox.db'}"
     create_outbox_table(url, "outbox", shards=2)

@@ -10,25 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def sources(folder: str) -> list[Path]:
-    return sorted(p for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts)
-
-
-def imports(path: Path) -> set[str]:
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-    return found
-
-
-def offending(folder: str, rule) -> list[str]:
-    return [f"{p.relative_to(ROOT)}: {m}" for p in sources(folder) for m in sorted(imports(p)) if rule(p, m)]
+from tests.helpers.layering import ROOT, imports, offending, sources
 
 
 def test_core_imports_no_database_or_kafka_library() -> None:
@@ -103,18 +85,15 @@ def module_names() -> dict[str, Path]:
     return found
 
 
-def runtime_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The modules ``name`` imports when it runs (at import or inside a function; not under
-    ``if TYPE_CHECKING``): ``from package import module`` counts as the module."""
+def module_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules ``name`` imports: at import, inside a function or under ``if TYPE_CHECKING``
+    (a cycle of type-only imports is a knot all the same: neither module can be read, or
+    moved, without the other). ``from package import module`` counts as the module."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                for other in child.orelse:
-                    visit(other)
-                continue
             if isinstance(child, ast.Import):
                 found.update(a.name for a in child.names if a.name in modules)
             elif isinstance(child, ast.ImportFrom):
@@ -138,7 +117,7 @@ def runtime_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]
 def import_cycles() -> list[list[str]]:
     """The strongly connected components of more than one module in the import graph (Tarjan)."""
     modules = module_names()
-    graph = {name: runtime_imports(name, path, modules) for name, path in modules.items()}
+    graph = {name: module_imports(name, path, modules) for name, path in modules.items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -171,3 +150,16 @@ def import_cycles() -> list[list[str]]:
 
 def test_no_import_cycles_between_modules() -> None:
     assert import_cycles() == []
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share lives in tests/helpers (or a conftest's fixtures), never in a test module."""
+    tests = ROOT / "tests"
+    found = [
+        f"{p.relative_to(ROOT)}: {m}"
+        for p in sorted(tests.rglob("*.py"))
+        if "__pycache__" not in p.parts and "helpers" not in p.relative_to(tests).parts[:1]
+        for m in sorted(imports(p))
+        if m.startswith("tests.") and not m.startswith("tests.helpers")
+    ]
+    assert found == []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import sys
 import time
@@ -16,41 +15,16 @@ pytest.importorskip("prometheus_client")
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from pyharvest import Config, Limits  # noqa: E402
 from pyharvest.bindings.ops import OpsConfig, start_ops_server  # noqa: E402
 from pyharvest.bindings.ops.collector import HarvestCollector  # noqa: E402
-from pyharvest.core import Config, HarvestEngine, Limits  # noqa: E402
+from pyharvest.core.engine.harvest import HarvestEngine
 from pyharvest.core.errors import ConfigError, HarvestError  # noqa: E402
-from pyharvest.core.kafka import DeliveryError  # noqa: E402
-from tests.fakes import FakeBinding, FakeKafka  # noqa: E402
-from tests.test_engine import fill, make, wait_until  # noqa: E402
-
-LOCAL = {"address": "127.0.0.1", "port": 0}
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:  # noqa: S310 - loopback only
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
-def scrape(ops) -> dict[str, float]:
-    """Sample name (with labels, sorted) -> value."""
-    status, text = get(ops.url + "/metrics")
-    assert status == 200
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
-    return out
-
-
-def probe(ops, path: str) -> tuple[int, dict]:
-    status, body = get(ops.url + path)
-    return status, json.loads(body)
-
+from pyharvest.core.ports.kafka import DeliveryError  # noqa: E402
+from tests.helpers.engine import fill, make  # noqa: E402
+from tests.helpers.fakes import FakeBinding, FakeKafka  # noqa: E402
+from tests.helpers.ops import LOCAL, get, probe, scrape  # noqa: E402
+from tests.helpers.waiting import wait_until
 
 # ---------------------------------------------------------------------- on fakes
 
@@ -374,8 +348,8 @@ def test_scrape_during_a_harvest_on_a_real_broker(kafka_config, topic_name):
 @pytest.mark.kafka
 def test_readiness_goes_down_with_the_broker_and_comes_back(tmp_path):
     from pyharvest.bindings.kafka.confluent import ConfluentClients
-    from tests.faults.apache import ApacheKafka
-    from tests.fixtures.kafka import on_embedded_broker
+    from tests.helpers.faults.apache import ApacheKafka
+    from tests.helpers.fixtures.kafka import on_embedded_broker
 
     if on_embedded_broker():
         pytest.skip("stopping and restarting a broker runs on Apache Kafka")
@@ -417,7 +391,7 @@ def test_the_kubernetes_example_is_consistent():
     raw = yaml.safe_load(by_kind["ConfigMap"]["data"]["reaper.yaml"])
     reaper = next(c for c in by_kind["Deployment"]["spec"]["template"]["spec"]["containers"] if c["name"] == "reaper")
     env = {e["name"]: "from-k8s" for e in reaper["env"]}
-    from pyharvest.core.config import ReaperConfig
+    from pyharvest.core.config.settings import ReaperConfig
 
     cfg = ReaperConfig.from_mapping(apply_env_overrides(raw, env))
     assert cfg.harvest.data_source == "from-k8s"

@@ -8,12 +8,13 @@ import uuid
 
 import pytest
 
+from pyharvest import Config, Limits
 from pyharvest.bindings.kafka.confluent import ConfluentClients
-from pyharvest.core import Config, HarvestEngine, Limits
-from pyharvest.core.events import LeaderAcquired, LeaderRevoked
-from pyharvest.core.kafka import TopicError
-from tests.fakes import FakeBinding
-from tests.waiting import wait_until
+from pyharvest.core.engine.harvest import HarvestEngine
+from pyharvest.core.ports.kafka import TopicError
+from pyharvest.core.telemetry.events import LeaderAcquired, LeaderRevoked
+from tests.helpers.fakes import FakeBinding
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -60,7 +61,7 @@ def test_exactly_one_leader_and_takeover_on_graceful_stop(kafka_config, group_pr
 
 def test_unreachable_broker_fails_at_start_with_a_clear_error():
     from pyharvest.bindings.kafka.embedded import free_port
-    from tests.fixtures.databases import unique_table  # noqa: F401 - keeps import graph simple
+    from tests.helpers.fixtures.databases import unique_table  # noqa: F401 - keeps import graph simple
 
     cfg = Config(base_kafka_config={"bootstrap.servers": f"127.0.0.1:{free_port()}", "socket.timeout.ms": 1000},
                  leader_group_id="unreachable", data_source="fake://")

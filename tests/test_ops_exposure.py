@@ -10,12 +10,13 @@ import pytest
 
 pytest.importorskip("prometheus_client")
 
+from pyharvest import Config, Limits  # noqa: E402
 from pyharvest.bindings.ops import OpsConfig, start_ops_server  # noqa: E402
-from pyharvest.core import Config, HarvestEngine, Limits  # noqa: E402
-from pyharvest.core.kafka import DeliveryError  # noqa: E402
-from tests.fakes import FakeBinding, FakeKafka  # noqa: E402
-from tests.test_engine import wait_until  # noqa: E402
-from tests.test_metrics_server import LOCAL, get, probe  # noqa: E402
+from pyharvest.core.engine.harvest import HarvestEngine  # noqa: E402
+from pyharvest.core.ports.kafka import DeliveryError  # noqa: E402
+from tests.helpers.fakes import FakeBinding, FakeKafka  # noqa: E402
+from tests.helpers.ops import LOCAL, get, probe  # noqa: E402
+from tests.helpers.waiting import wait_until  # noqa: E402
 
 
 def test_it_listens_on_this_machine_only_by_default():

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -22,7 +21,8 @@ pytest.importorskip("prometheus_client")
 from pyharvest import Config, Harvest, Limits  # noqa: E402
 from pyharvest.bindings.ops import OpsServer, start_ops_server  # noqa: E402
 from pyharvest.bindings.sql import create_outbox_table  # noqa: E402
-from tests.faults.proxy import FaultProxy  # noqa: E402
+from tests.helpers.faults.proxy import FaultProxy  # noqa: E402
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 
@@ -45,13 +45,6 @@ def readyz(ops: OpsServer) -> tuple[int, dict]:
     return status, json.loads(body)
 
 
-def wait_for(cond: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 def config(kafka_config: dict, url: str, table: str, **limits: float) -> Config:
     return Config(
         base_kafka_config=dict(kafka_config),
@@ -69,7 +62,7 @@ def harvesting(cfg: Config) -> Iterator[tuple[Harvest, OpsServer]]:
     assert ops is not None
     try:
         with harvest:
-            wait_for(lambda: harvest.is_leader and readyz(ops)[0] == 200, 30, "a ready leader")
+            wait_until(lambda: harvest.is_leader and readyz(ops)[0] == 200, 30, "a ready leader")
             yield harvest, ops
     finally:
         ops.stop()
@@ -93,7 +86,7 @@ def test_probes_answer_at_once_while_the_database_is_black_holed(  # type: ignor
         try:
             # Every answer comes within ANSWER_WITHIN (answer() fails otherwise), while the
             # database swallows every byte; readiness turns to 503 once a ping goes unanswered.
-            wait_for(lambda: readyz(ops)[0] == 503, 30, "/readyz to report the database")
+            wait_until(lambda: readyz(ops)[0] == 503, 30, "/readyz to report the database")
             status, body = readyz(ops)
             assert status == 503 and body["status"] == "not ready" and body["down"] == ["database"]
             assert "has not answered" in body["errors"]["database"]
@@ -103,7 +96,7 @@ def test_probes_answer_at_once_while_the_database_is_black_holed(  # type: ignor
         finally:
             proxy.heal()
             proxy.reset_connections()  # what the black hole swallowed left those connections dead
-        wait_for(lambda: readyz(ops)[0] == 200, 30, "/readyz to recover")
+        wait_until(lambda: readyz(ops)[0] == 200, 30, "/readyz to recover")
 
 
 def test_a_table_dropped_mid_run_is_reported_as_at_start(  # type: ignore[no-untyped-def]
@@ -116,19 +109,19 @@ def test_a_table_dropped_mid_run_is_reported_as_at_start(  # type: ignore[no-unt
         with harvesting(config(kafka_config, database_url, table_name, io_error_backoff=0.05)) as (harvest, ops):
             with engine.begin() as conn:
                 conn.execute(sa.text(f"DROP TABLE {table_name}"))
-            wait_for(lambda: readyz(ops)[0] == 503, 30, "/readyz to report the missing table")
+            wait_until(lambda: readyz(ops)[0] == 503, 30, "/readyz to report the missing table")
             _status, body = readyz(ops)
             assert body["down"] == ["database"]
             why = body["errors"]["database"]
             assert f"outbox table {table_name!r} does not exist" in why and "reaper init-db --data-source" in why
-            wait_for(lambda: harvest.metrics.mark_errors >= 3, 30, "marks to fail")
+            wait_until(lambda: harvest.metrics.mark_errors >= 3, 30, "marks to fail")
             marks = [r.getMessage() for r in caplog.records if "mark failed" in r.getMessage()]
             assert marks and "does not exist" in marks[0] and "reaper init-db --data-source" in marks[0]
             # Repeats of the one cause are counted, not logged each time.
             assert len(marks) == 1, marks
             create_outbox_table(database_url, table_name)
-            wait_for(lambda: readyz(ops)[0] == 200, 30, "/readyz to recover once the table is back")
-            wait_for(lambda: any("marks succeed again" in r.getMessage() for r in caplog.records), 30, "recovery")
+            wait_until(lambda: readyz(ops)[0] == 200, 30, "/readyz to recover once the table is back")
+            wait_until(lambda: any("marks succeed again" in r.getMessage() for r in caplog.records), 30, "recovery")
     finally:
         engine.dispose()
     repeated = [r.getMessage() for r in caplog.records if "mark failed" in r.getMessage() and "repeated" in r.getMessage()]
@@ -145,9 +138,9 @@ def test_a_lasting_database_failure_is_logged_once_per_cause_with_a_count(  # ty
         before = harvest.metrics.mark_errors
         proxy.refuse(True)
         proxy.reset_connections()
-        wait_for(lambda: harvest.metrics.mark_errors - before >= 10, 60, "ten failed marks")
+        wait_until(lambda: harvest.metrics.mark_errors - before >= 10, 60, "ten failed marks")
         proxy.refuse(False)
-        wait_for(lambda: any("marks succeed again" in r.getMessage() for r in caplog.records), 60, "recovery")
+        wait_until(lambda: any("marks succeed again" in r.getMessage() for r in caplog.records), 60, "recovery")
     lines = [r.getMessage() for r in caplog.records if r.name == "pyharvest.harvest"]
     failed = [line for line in lines if line.startswith("mark failed")]
     refreshed = [line for line in lines if line.startswith("refreshed leader id")]

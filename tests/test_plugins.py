@@ -16,7 +16,14 @@ from pyharvest.bindings.sql import create_binding, create_outbox_table
 from pyharvest.bindings.sql.connect import resolve
 from pyharvest.core.errors import BindingError
 from pyharvest.plugins import hookimpl, hookspec
-from pyharvest.plugins.api import Dialect, TransactionalMark, dialect_for_backend, installed_dialects, load_dialect
+from pyharvest.plugins.api import (
+    Dialect,
+    DialectOptions,
+    TransactionalMark,
+    dialect_for_backend,
+    installed_dialects,
+    load_dialect,
+)
 from pyharvest.testing.compiled import CompiledConformance
 from pyharvest.testing.conformance import DialectConformance
 
@@ -66,14 +73,14 @@ def test_a_plugin_with_a_misspelt_hook_is_refused() -> None:
     plugin = types.ModuleType("bad_plugin")
 
     @hookimpl
-    def pyharvest_dialect_name() -> str:
-        return "bad"
+    def pyharvest_dialect() -> DialectOptions:
+        return DialectOptions(name="bad")
 
     @hookimpl
     def pyharvest_mark_stratgy(table: object) -> None:  # typo
         return None
 
-    plugin.pyharvest_dialect_name = pyharvest_dialect_name  # type: ignore[attr-defined]
+    plugin.pyharvest_dialect = pyharvest_dialect  # type: ignore[attr-defined]
     plugin.pyharvest_mark_stratgy = pyharvest_mark_stratgy  # type: ignore[attr-defined]
     with pytest.raises(Exception, match="pyharvest_mark_stratgy"):
         Dialect("bad", plugin)
@@ -83,12 +90,26 @@ def test_a_plugin_must_declare_its_registered_name() -> None:
     plugin = types.ModuleType("named")
 
     @hookimpl
-    def pyharvest_dialect_name() -> str:
-        return "other"
+    def pyharvest_dialect() -> DialectOptions:
+        return DialectOptions(name="other")
 
-    plugin.pyharvest_dialect_name = pyharvest_dialect_name  # type: ignore[attr-defined]
+    plugin.pyharvest_dialect = pyharvest_dialect  # type: ignore[attr-defined]
     with pytest.raises(BindingError, match="must match"):
         Dialect("named", plugin)
+
+
+def test_a_plugin_must_declare_its_options() -> None:
+    plugin = types.ModuleType("silent")
+
+    @hookimpl
+    def pyharvest_dialect() -> str:
+        return "silent"
+
+    plugin.pyharvest_dialect = pyharvest_dialect  # type: ignore[attr-defined]
+    with pytest.raises(BindingError, match="expected pyharvest.plugins.api.DialectOptions"):
+        Dialect("silent", plugin)
+    with pytest.raises(TypeError, match="shard_colum"):
+        DialectOptions(name="typo", shard_colum=True)  # type: ignore[call-arg]  # a misspelt option fails too
 
 
 # --- a real third-party plugin, installed with pip -----------------------------------

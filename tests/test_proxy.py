@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.faults.proxy import FaultProxy, FaultProxyError
+from tests.helpers.faults.proxy import FaultProxy, FaultProxyError
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -24,7 +24,7 @@ def pg() -> tuple[str, int]:
     one), skipped like every database test when it is not selected or not reachable."""
     import sqlalchemy as sa
 
-    from tests.fixtures.databases import selected_dialects, server_url
+    from tests.helpers.fixtures.databases import selected_dialects, server_url
 
     if "postgresql" not in selected_dialects():
         pytest.skip("postgresql is not in PYHARVEST_TEST_DATABASES")
@@ -185,8 +185,8 @@ def test_stop_frees_the_port_and_the_thread():
 def test_kafka_through_the_proxy_blackhole_fails_delivery_and_heal_restores_it(topic_name):
     from confluent_kafka import Producer
 
-    from tests.faults.kafka import proxied_broker
-    from tests.kafka_tools import create_topic
+    from tests.helpers.faults.kafka import proxied_broker
+    from tests.helpers.topics import create_topic
 
     message_timeout = 3.0
     with proxied_broker() as (broker, proxy):
@@ -228,7 +228,7 @@ def test_kafka_recipe_broker_advertises_the_proxy():
     """The metadata the broker hands out must name the proxy, or clients bypass it."""
     from confluent_kafka.admin import AdminClient
 
-    from tests.faults.kafka import proxied_broker
+    from tests.helpers.faults.kafka import proxied_broker
 
     with proxied_broker() as (broker, proxy):
         md = AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(timeout=10)

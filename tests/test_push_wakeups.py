@@ -18,9 +18,9 @@ from pyharvest.plugins import postgresql
 from pyharvest.plugins.api import parse_table_name
 from pyharvest.stasher import notify
 from pyharvest.stasher.notify import wake_harvester
-from tests.fixtures.databases import server_url, unique_table
-from tests.kafka_tools import create_topic, read_topic
-from tests.waiting import wait_until
+from tests.helpers.fixtures.databases import server_url, unique_table
+from tests.helpers.topics import create_topic, read_topic
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -130,7 +130,7 @@ def listen_backends(engine: sa.Engine, table: str) -> list[int]:
 
 def test_the_listen_connection_is_reported_and_reconnects(kafka_config, kafka_bootstrap, topic_name, pg_url, pg_table):
     from pyharvest.bindings.ops import start_ops_server
-    from tests.test_metrics_server import probe, scrape
+    from tests.helpers.ops import probe, scrape
 
     create_topic(kafka_bootstrap, topic_name, 1)
     admin = sa.create_engine(pg_url)

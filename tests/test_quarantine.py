@@ -17,29 +17,21 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
-from pyharvest import Config, Harvest, Limits, OutboxRecord, stasher
+from pyharvest import Config, Harvest, Limits, OutboxRecord
 from pyharvest._cli import main as reaper
 from pyharvest.bindings.sql import create_binding, create_outbox_table
 from pyharvest.bindings.sql.quarantine import QuarantineTable, quarantine_table_name
-from pyharvest.core.binding import QuarantineBinding, QuarantineEntry
-from pyharvest.core.events import DeliveryFailed, RecordQuarantined
+from pyharvest.core.ports.database import QuarantineBinding, QuarantineEntry
+from pyharvest.core.telemetry.events import DeliveryFailed, RecordQuarantined
 from pyharvest.plugins.api import TableName
 from pyharvest.verify import verify_topic
-from tests.kafka_tools import create_topic
-from tests.test_harvest_e2e import outbox_count
-from tests.waiting import wait_until
+from tests.helpers.outbox import outbox_count, stash_all
+from tests.helpers.topics import create_topic
+from tests.helpers.waiting import wait_until
 
 SMALL_LIMIT = 20_000  # the producer's message.max.bytes in the "broken" configuration
 POISON = b"P" * 30_000
 
-
-def stash_all(url: str, table: str, records: list[OutboxRecord]) -> None:
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            stasher.Stasher(table).prepare(conn).stash_many(records)
-    finally:
-        engine.dispose()
 
 
 # ---------------------------------------------------------------------- the binding

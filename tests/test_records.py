@@ -7,7 +7,7 @@ import re
 import pytest
 
 from pyharvest import OutboxRecord
-from pyharvest.core.records import InvalidRecordError, validate_record
+from pyharvest.core.outbox.records import InvalidRecordError, validate_record
 
 
 @pytest.mark.parametrize(

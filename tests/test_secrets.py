@@ -28,10 +28,10 @@ from benchmarks.children import python_module
 from pyharvest import OutboxRecord, stasher
 from pyharvest._commands.acls import acl_script
 from pyharvest.bindings.sql import create_outbox_table
-from tests.fixtures.databases import server_url
-from tests.fixtures.secure_kafka import SecureKafka, parse_acl_commands
-from tests.test_grants import login_role, printed
-from tests.waiting import wait_until
+from tests.helpers.fixtures.databases import server_url
+from tests.helpers.fixtures.secure_kafka import SecureKafka, parse_acl_commands
+from tests.helpers.least_privilege import login_role, printed
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.secure, pytest.mark.kafka]
 

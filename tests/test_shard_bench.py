@@ -6,7 +6,7 @@ import pytest
 
 from benchmarks.children import python_module
 from benchmarks.shard_bench import FailoverRun, SteadyWriter, measure_outage
-from pyharvest.core.shards import shard_of
+from pyharvest.core.outbox.keys import shard_of
 
 
 def test_outage_is_the_longest_commit_to_publish_delay_per_shard():
@@ -55,7 +55,7 @@ def test_a_read_back_tells_records_the_broker_hid_from_records_lost(kafka_bootst
     from confluent_kafka import Producer
 
     from benchmarks.topic_check import NUDGE_KEY, read_back
-    from tests.kafka_tools import create_topic
+    from tests.helpers.topics import create_topic
 
     create_topic(kafka_bootstrap, topic_name, 3)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})

@@ -11,8 +11,8 @@ import sqlalchemy as sa
 
 from pyharvest.bindings.sql import create_binding, create_outbox_table
 from pyharvest.bindings.sql.schema import has_key_hash, has_shard_index, shard_index_name
-from pyharvest.core.records import OutboxRecord
-from pyharvest.core.shards import key_hash, shard_of
+from pyharvest.core.outbox.keys import key_hash, shard_of
+from pyharvest.core.outbox.records import OutboxRecord
 from pyharvest.plugins.api import MarkQuery, parse_table_name
 from pyharvest.stasher import Stasher
 

@@ -18,15 +18,16 @@ import pytest
 import sqlalchemy as sa
 
 from benchmarks.children import python_module
-from pyharvest import Config, Harvest, Limits, OutboxTableChangedError
+from pyharvest import Config, Harvest, Limits
 from pyharvest.bindings.sql import create_binding, create_outbox_table
 from pyharvest.bindings.sql.shard_schema import key_hash_guard_name
 from pyharvest.core.errors import BindingError
-from pyharvest.core.records import OutboxRecord
-from pyharvest.core.shards import key_hash
+from pyharvest.core.outbox.keys import key_hash
+from pyharvest.core.outbox.records import OutboxRecord
+from pyharvest.errors import OutboxTableChangedError
 from pyharvest.plugins.api import parse_table_name
 from pyharvest.stasher import Stasher
-from tests.waiting import wait_until
+from tests.helpers.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,8 +99,8 @@ def test_a_writer_running_through_init_db_shards_keeps_every_key_in_one_shard(
     if dialect != "postgresql":
         pytest.skip("one database suffices for the processes and the broker; the guard is checked on each above")
     from benchmarks.topic_check import read_back
-    from tests.kafka_tools import create_topic
-    from tests.test_harvest_e2e import wait_empty
+    from tests.helpers.outbox import wait_empty
+    from tests.helpers.topics import create_topic
 
     engine = made_before_the_key_hash(database_url, table_name)
     create_topic(kafka_bootstrap, topic_name, partitions=4)
@@ -111,7 +112,7 @@ def test_a_writer_running_through_init_db_shards_keeps_every_key_in_one_shard(
         return [(k, v.encode()) for k, v in (line.split(" ") for line in lines)]
 
     writer = subprocess.Popen(
-        [*python_module("tests.stash_writer"), database_url, table_name, topic_name, str(out), str(stop)],
+        [*python_module("tests.helpers.stash_writer"), database_url, table_name, topic_name, str(out), str(stop)],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,
     )
     group = f"migrate-{uuid.uuid4().hex[:8]}"

@@ -7,64 +7,33 @@ from __future__ import annotations
 import itertools
 import os
 import random
-import re
 import signal
 import time
 import uuid
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
-import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from benchmarks.topic_check import NUDGE_KEY, read_back
 from pyharvest.bindings.sql import create_outbox_table
-from pyharvest.core.shards import shard_of
-from tests.fixtures.kafka import on_embedded_broker
-from tests.kafka_tools import create_topic
-from tests.test_failover import Reaper, wait_for
-from tests.test_faults import Writer
-from tests.test_harvest_e2e import outbox_count
+from pyharvest.core.outbox.keys import shard_of
+from tests.helpers.fixtures.kafka import on_embedded_broker
+from tests.helpers.outbox import Writer, outbox_count
+from tests.helpers.reapers import (
+    SHARDS,
+    Reaper,
+    Spawner,
+    live_databases,
+    shards_of,
+    stop_all,
+    stop_at_random,
+    write_config,
+)
+from tests.helpers.topics import create_topic
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
-
-SHARDS = 6
-_EVENT = re.compile(r"shard (\d+) (assigned|revoked|fenced)")
-
-
-def shards_of(reaper: Reaper) -> set[int]:
-    """The shards a reaper process owns, from its log (assignments minus revocations)."""
-    if reaper.proc.poll() is not None:
-        return set()
-    owned: set[int] = set()
-    for shard, what in _EVENT.findall(reaper.log()):
-        if what == "assigned":
-            owned.add(int(shard))
-        elif what == "revoked":
-            owned.discard(int(shard))
-    return owned
-
-
-def live_databases(dialect: str) -> None:
-    if dialect not in ("postgresql", "mysql"):
-        pytest.skip("sharded chaos runs on PostgreSQL and MariaDB")
-
-
-def write_config(tmp_path, bootstrap: str, url: str, table: str, group_protocol: str = "classic", **harvest) -> object:
-    path = tmp_path / "reaper.yaml"
-    path.write_text(yaml.safe_dump({
-        "harvest": {
-            "baseKafkaConfig": {"bootstrap.servers": bootstrap, **({"debug": os.environ["PYHARVEST_CHAOS_DEBUG"]} if os.environ.get("PYHARVEST_CHAOS_DEBUG") else {})}, "leaderGroupID": f"chaos-{uuid.uuid4().hex[:8]}",
-            "dataSource": url, "outboxTable": table, "shards": SHARDS, "groupProtocol": group_protocol,
-            "limits": {"heartbeatTimeout": "2s", "minPollInterval": "50ms", "maxInFlightRecords": 500,
-                       "shutdownTimeout": "3s"},
-            **harvest,
-        },
-        # With PYHARVEST_CHAOS_DEBUG (librdkafka debug contexts, e.g. "cgrp"), log at Debug so they show.
-        "logging": {"level": "Debug" if os.environ.get("PYHARVEST_CHAOS_DEBUG") else "Info"},
-    }))
-    return path
 
 
 def publish_times(bootstrap: str, topic: str, expect: int, timeout: float = 90.0) -> list[tuple[str, bytes, float]]:
@@ -86,63 +55,6 @@ def publish_times(bootstrap: str, topic: str, expect: int, timeout: float = 90.0
         consumer.close()
 
 
-def settled(reapers: list[Reaper]) -> bool:
-    """Every shard led and every live process leading some: no rebalance is under way."""
-    owned = [shards_of(r) for r in reapers if r.proc.poll() is None]
-    return sorted(s for o in owned for s in o) == list(range(SHARDS)) and all(owned)
-
-
-def stop_all(reapers: list[Reaper]) -> None:
-    for r in reapers:
-        if r.proc.poll() is None:
-            r.signal(signal.SIGTERM)
-    for r in reapers:
-        try:
-            r.wait(30)
-        except Exception:  # noqa: BLE001
-            r.proc.kill()
-            r.wait(5)
-
-
-class Spawner:
-    """Starts reaper processes on one config, each with a log of its own."""
-
-    def __init__(self, config: object, logs: Path) -> None:
-        self._config, self._logs, self.spawned = config, logs, 0
-
-    def __call__(self) -> Reaper:
-        self.spawned += 1
-        return Reaper(self._config, self._logs / f"reaper-{self.spawned}.log")
-
-
-def stop_at_random(reapers: list[Reaper], spawn: Spawner, rnd: random.Random, seconds: float,
-                   pause: tuple[float, float]) -> list[str]:
-    """For ``seconds``: every ``pause`` seconds (a random span), SIGKILL or SIGTERM a random
-    process that leads a shard and start a new one in its place. Returns what was done."""
-    actions: list[str] = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        time.sleep(rnd.uniform(*pause))
-        victims = [r for r in reapers if shards_of(r)]
-        if not victims:
-            continue
-        victim = rnd.choice(victims)
-        action = rnd.choice(("SIGKILL", "SIGTERM"))
-        if action == "SIGTERM" and on_embedded_broker():
-            # The embedded broker (Tansu 0.6) does not complete a rebalance whose group leader
-            # left with LeaveGroup while it was under way: every member is left without an
-            # assignment for minutes (tests/kafka_repro_leader_leave.py shows it without
-            # pyharvest; a SIGKILLed leader is replaced). Apache Kafka elects another leader,
-            # so there the stop stays at a random moment.
-            wait_for(lambda: settled(reapers), 60, "the group to settle before a graceful stop")
-            victim = rnd.choice([r for r in reapers if shards_of(r)])
-        victim.signal(signal.SIGKILL if action == "SIGKILL" else signal.SIGTERM)
-        code = victim.wait(30)
-        assert action == "SIGKILL" or code == 0, victim.log()[-3000:]
-        actions.append(action)
-        reapers[reapers.index(victim)] = spawn()
-    return actions
-
 
 def test_a_killed_process_stalls_only_its_own_shards(
     dialect, database_url, table_name, topic_name, kafka_bootstrap, tmp_path, group_protocol
@@ -154,7 +66,7 @@ def test_a_killed_process_stalls_only_its_own_shards(
     reapers = [Reaper(cfg, tmp_path / f"reaper-{n}.log") for n in range(3)]
     writer = Writer(database_url, table_name, topic_name, keys=120, batch=30, pause=0.02).start()
     try:
-        wait_for(lambda: sorted(s for r in reapers for s in shards_of(r)) == list(range(SHARDS))
+        wait_until(lambda: sorted(s for r in reapers for s in shards_of(r)) == list(range(SHARDS))
                  and sum(1 for r in reapers if shards_of(r)) >= 2, 90, "the shards to spread over the processes")
         time.sleep(2)
         victim = next(r for r in reapers if shards_of(r))
@@ -164,11 +76,11 @@ def test_a_killed_process_stalls_only_its_own_shards(
         victim.signal(signal.SIGKILL)
         victim.wait(10)
         # The dead process's shards come back once the group notices (its session timeout).
-        wait_for(lambda: sorted(s for r in reapers for s in shards_of(r)) == list(range(SHARDS)), 90,
+        wait_until(lambda: sorted(s for r in reapers for s in shards_of(r)) == list(range(SHARDS)), 90,
                  "the dead process's shards to move")
         time.sleep(2)
         writer.stop()
-        wait_for(lambda: outbox_count(database_url, table_name) == 0, 120, "the survivors to drain the outbox")
+        wait_until(lambda: outbox_count(database_url, table_name) == 0, 120, "the survivors to drain the outbox")
     finally:
         writer._stop.set()
         stop_all(reapers)
@@ -208,10 +120,10 @@ def test_random_kills_lose_and_reorder_nothing(
     writer = Writer(database_url, table_name, topic_name, keys=200, batch=20, pause=0.02).start()
     actions: list[str] = []
     try:
-        wait_for(lambda: any(shards_of(r) for r in reapers), 90, "a first shard leader")
+        wait_until(lambda: any(shards_of(r) for r in reapers), 90, "a first shard leader")
         actions += stop_at_random(reapers, spawn, rnd, seconds, pause=(3, 5))
         writer.stop()
-        wait_for(lambda: outbox_count(database_url, table_name) == 0, 150, "the survivors to drain the outbox")
+        wait_until(lambda: outbox_count(database_url, table_name) == 0, 150, "the survivors to drain the outbox")
     finally:
         writer._stop.set()
         stop_all(reapers)

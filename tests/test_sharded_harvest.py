@@ -9,12 +9,13 @@ import uuid
 
 import pytest
 
-from pyharvest import Config, Harvest, LeaderAcquired, Limits
+from pyharvest import Config, Harvest, Limits
 from pyharvest.bindings.sql import create_outbox_table
-from pyharvest.core.shards import shard_of
-from tests.kafka_tools import create_topic, read_topic, values_per_key
-from tests.test_harvest_e2e import collapse_one_off_duplicates, wait_empty, write_concurrently
-from tests.waiting import wait_until
+from pyharvest.core.outbox.keys import shard_of
+from pyharvest.events import LeaderAcquired
+from tests.helpers.outbox import collapse_one_off_duplicates, wait_empty, write_concurrently
+from tests.helpers.topics import create_topic, read_topic, values_per_key
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -83,7 +84,7 @@ def test_changing_the_number_of_shards_keeps_order(kafka_config, kafka_bootstrap
     """The documented procedure: stop every harvester, prepare the table and the leader topic
     for the new number, start again. Keys move to other shards; their order does not change."""
     from pyharvest.core.errors import TopicError
-    from tests.test_faults import Writer
+    from tests.helpers.outbox import Writer
 
     create_outbox_table(database_url, table_name, shards=2)
     create_topic(kafka_bootstrap, topic_name, partitions=4)
@@ -113,7 +114,7 @@ def test_changing_the_number_of_shards_keeps_order(kafka_config, kafka_bootstrap
     finally:
         writer._stop.set()
     from benchmarks.topic_check import read_back
-    from tests.fixtures.kafka import on_embedded_broker
+    from tests.helpers.fixtures.kafka import on_embedded_broker
 
     report, _hidden = read_back(kafka_bootstrap, topic_name, writer.expected, timeout=90, nudge_missing=on_embedded_broker())
     assert report.lost_count == 0 and report.reorder_count == 0, report
@@ -122,8 +123,8 @@ def test_changing_the_number_of_shards_keeps_order(kafka_config, kafka_bootstrap
 def test_metrics_and_probes_per_shard(kafka_config, kafka_bootstrap, database_url, table_name, topic_name) -> None:
     pytest.importorskip("prometheus_client")
     from pyharvest.bindings.ops import start_ops_server
-    from pyharvest.core.records import OutboxRecord
-    from tests.test_metrics_server import get, scrape
+    from pyharvest.core.outbox.records import OutboxRecord
+    from tests.helpers.ops import get, scrape
 
     create_outbox_table(database_url, table_name, shards=2)
     create_topic(kafka_bootstrap, topic_name, partitions=1)

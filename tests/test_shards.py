@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyharvest.core.shards import key_hash, murmur2, shard_of
+from pyharvest.core.outbox.keys import key_hash, murmur2, shard_of
 
 # Apache Kafka's UtilsTest.testMurmur2 (signed 32-bit values in Java).
 KAFKA_VECTORS = {

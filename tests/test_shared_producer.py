@@ -7,10 +7,10 @@ from __future__ import annotations
 import threading
 import time
 
-from pyharvest.core.kafka import DeliveryError, KafkaConfigMap
-from pyharvest.core.shared_producer import ProducerHandle, ShardKafkaClients, SharedProducer
-from tests.fakes import FakeKafka, FakeProducer
-from tests.waiting import wait_until
+from pyharvest.core.delivery.shared_producer import ProducerHandle, ShardKafkaClients, SharedProducer
+from pyharvest.core.ports.kafka import DeliveryError, KafkaConfigMap
+from tests.helpers.fakes import FakeKafka, FakeProducer
+from tests.helpers.waiting import wait_until
 
 
 class CountingKafka(FakeKafka):

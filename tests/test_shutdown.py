@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from pyharvest.bindings.sql import create_outbox_table
-from tests.faults.kafka import proxied_broker
-from tests.kafka_tools import create_topic
-from tests.test_failover import Reaper, wait_for
-from tests.test_faults import Writer, check_topic
-from tests.test_harvest_e2e import outbox_count
+from tests.helpers.faults.kafka import proxied_broker
+from tests.helpers.outbox import Writer, outbox_count
+from tests.helpers.reapers import Reaper, check_topic
+from tests.helpers.topics import create_topic
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
@@ -48,9 +48,9 @@ def test_sigterm_with_thousands_in_flight_exits_in_time_and_the_next_run_drains(
         first = Reaper(cfg_path, tmp_path / "first.log")
         second = None
         try:
-            wait_for(first.is_leader, 60, "the first reaper to lead")
+            wait_until(first.is_leader, 60, "the first reaper to lead")
             proxy.set_latency(0.5)  # acknowledgements crawl: the window stays full
-            wait_for(lambda: outbox_count(database_url, table_name) < 10_000, 30, "some records to be acknowledged")
+            wait_until(lambda: outbox_count(database_url, table_name) < 10_000, 30, "some records to be acknowledged")
             time.sleep(1)
             started = time.monotonic()
             first.signal(signal.SIGTERM)
@@ -64,7 +64,7 @@ def test_sigterm_with_thousands_in_flight_exits_in_time_and_the_next_run_drains(
             print(f"stopped in {took:.1f}s with {left} records left for the next leader")
             proxy.set_latency(0)
             second = Reaper(cfg_path, tmp_path / "second.log")
-            wait_for(lambda: outbox_count(database_url, table_name) == 0, 90, "the second run to drain the rest")
+            wait_until(lambda: outbox_count(database_url, table_name) == 0, 90, "the second run to drain the rest")
         finally:
             for r in (first, second):
                 if r is not None and r.proc.poll() is None:

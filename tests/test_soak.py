@@ -19,14 +19,14 @@ import uuid
 import pytest
 import yaml
 
-from tests.fixtures.kafka import on_embedded_broker
 from benchmarks.topic_check import read_back
 from pyharvest.bindings.sql import create_outbox_table
-from tests.faults.kafka import proxied_broker
-from tests.kafka_tools import create_topic
-from tests.test_failover import Reaper, wait_for
-from tests.test_faults import Writer
-from tests.test_harvest_e2e import outbox_count
+from tests.helpers.faults.kafka import proxied_broker
+from tests.helpers.fixtures.kafka import on_embedded_broker
+from tests.helpers.outbox import Writer, outbox_count
+from tests.helpers.reapers import Reaper, stop_all
+from tests.helpers.topics import create_topic
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka]
 
@@ -64,7 +64,7 @@ def _soak(dialect: str, url: str, table: str, topic: str, tmp_path, seconds: flo
         writer = Writer(url, table, topic, keys=200, batch=20, pause=0.02).start()
         actions: list[str] = []
         try:
-            wait_for(lambda: any(r.is_leader() for r in reapers), 60, "a first leader")
+            wait_until(lambda: any(r.is_leader() for r in reapers), 60, "a first leader")
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 time.sleep(rnd.uniform(3, 5))
@@ -81,18 +81,10 @@ def _soak(dialect: str, url: str, table: str, topic: str, tmp_path, seconds: flo
                 actions.append(action)
                 reapers[reapers.index(victim)] = spawn()
             writer.stop()
-            wait_for(lambda: outbox_count(url, table) == 0, 120, "the survivors to drain the outbox")
+            wait_until(lambda: outbox_count(url, table) == 0, 120, "the survivors to drain the outbox")
         finally:
             writer._stop.set()
-            for r in reapers:
-                if r.proc.poll() is None:
-                    r.signal(signal.SIGTERM)
-            for r in reapers:
-                try:
-                    r.wait(30)
-                except Exception:  # noqa: BLE001
-                    r.proc.kill()
-                    r.wait(5)
+            stop_all(reapers)
         report, _hidden = read_back(bootstrap, topic, writer.expected, timeout=90, nudge_missing=on_embedded_broker())
         print(f"soak: actions {actions}")
         print(f"soak: {len(writer.expected)} records, {report.duplicate_count} duplicates")

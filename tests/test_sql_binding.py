@@ -9,9 +9,9 @@ import pytest
 import sqlalchemy as sa
 
 from pyharvest.bindings.sql import create_binding, create_outbox_table
-from pyharvest.core.binding import DatabaseBinding
 from pyharvest.core.errors import BindingError, ConfigError
-from pyharvest.core.records import OutboxRecord
+from pyharvest.core.outbox.records import OutboxRecord
+from pyharvest.core.ports.database import DatabaseBinding
 from pyharvest.stasher import Stasher
 
 

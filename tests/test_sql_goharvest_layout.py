@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from pyharvest.bindings.sql import GOHARVEST, MalformedRowError, create_binding, create_outbox_table, schema_ddl
-from pyharvest.core.records import InvalidRecordError, OutboxRecord
+from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
 from pyharvest.stasher import Stasher
 
 # The DDL from goharvest's README, verbatim.

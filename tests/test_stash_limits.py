@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from pyharvest import KeyTooLongError, OutboxTableMissingError, RecordTooLargeError, stasher
+from pyharvest import stasher
 from pyharvest.bindings.sql import create_outbox_table
-from pyharvest.core.records import InvalidRecordError, OutboxRecord
+from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
+from pyharvest.errors import KeyTooLongError, OutboxTableMissingError, RecordTooLargeError
 from pyharvest.plugins.api import KEY_LENGTH
-from pyharvest.stasher.errors import DEFAULT_MAX_RECORD_BYTES, PRODUCER_MESSAGE_MAX_BYTES
 from pyharvest.stasher import Stasher
+from pyharvest.stasher.errors import DEFAULT_MAX_RECORD_BYTES, PRODUCER_MESSAGE_MAX_BYTES
 
 
 @pytest.fixture
@@ -125,7 +126,7 @@ def test_the_largest_record_the_stasher_accepts_by_default_is_published_by_defau
 
     from pyharvest import Config, Harvest, Limits
     from pyharvest.stasher.limits import record_bytes
-    from tests.kafka_tools import create_topic, read_topic
+    from tests.helpers.topics import create_topic, read_topic
 
     engine, table = outbox
     create_topic(kafka_bootstrap, topic_name, partitions=1)

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from pyharvest import stasher as stasher_module
 from pyharvest.bindings.sql import create_binding, create_outbox_table
 from pyharvest.core.errors import ConfigError
-from pyharvest.core.records import InvalidRecordError, OutboxRecord
+from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
 from pyharvest.stasher import Stasher, stash
 
 
@@ -112,8 +112,8 @@ def test_postgresql_stashes_a_large_batch_with_copy_on_psycopg(pg_outbox) -> Non
 def test_postgresql_uses_copy_once_a_missing_table_exists(pg_outbox) -> None:  # type: ignore[no-untyped-def]
     # A missing table is not remembered as missing, nor its bulk writer as absent: once the
     # table exists, COPY is used.
-    from pyharvest import OutboxTableMissingError
     from pyharvest.bindings.sql import NATIVE
+    from pyharvest.errors import OutboxTableMissingError
 
     binding, engine, table, statements = pg_outbox
     if engine.dialect.driver != "psycopg":

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from pyharvest import stasher, tracing
 from pyharvest.bindings.sql import create_binding, create_outbox_table
-from pyharvest.core.records import InvalidRecordError, OutboxRecord
+from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
 from pyharvest.stasher import Stasher
 
 MINE = "00-11111111111111111111111111111111-2222222222222222-01"

@@ -9,13 +9,14 @@ import threading
 
 import pytest
 
-from pyharvest.core import Config, HarvestEngine, Limits
+from pyharvest import Config, Limits
+from pyharvest.core.engine.harvest import HarvestEngine
 from pyharvest.core.errors import ConfigError
-from pyharvest.core.kafka import DeliveryError
-from pyharvest.core.progress import decode_progress, encode_progress, transactional_id
-from tests.fakes import FakeBinding, FakeKafka, FakeTransactionalKafka
-from tests.test_engine import fill, per_key
-from tests.waiting import wait_until
+from pyharvest.core.ports.kafka import DeliveryError
+from pyharvest.core.transactions.progress import decode_progress, encode_progress, transactional_id
+from tests.helpers.engine import fill, per_key
+from tests.helpers.fakes import FakeBinding, FakeKafka, FakeTransactionalKafka
+from tests.helpers.waiting import wait_until
 
 
 def make(binding: FakeBinding, kafka: FakeKafka, **settings: object) -> HarvestEngine:

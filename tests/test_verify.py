@@ -12,7 +12,7 @@ from typing import ClassVar
 import pytest
 
 from pyharvest._commands import verify as verify_command
-from pyharvest.core.records import OutboxRecord
+from pyharvest.core.outbox.records import OutboxRecord
 from pyharvest.verify import VerifyError, VerifyReport, expected_from_records, parse_identity, verify, verify_topic
 
 R = ["R0", "R1", "R2"]
@@ -302,7 +302,7 @@ def produce(bootstrap: str, topic: str, messages: list[tuple[str, str]]) -> None
 
 @pytest.mark.kafka
 def test_verify_topic_counts_a_deliberate_duplicate(kafka_bootstrap, topic_name, tmp_path, capsys):
-    from tests.kafka_tools import create_topic
+    from tests.helpers.topics import create_topic
 
     create_topic(kafka_bootstrap, topic_name, partitions=3)
     keys = [f"key-{i}" for i in range(6)]
@@ -332,7 +332,7 @@ def test_verify_topic_counts_a_deliberate_duplicate(kafka_bootstrap, topic_name,
 
 @pytest.mark.kafka
 def test_verify_topic_reports_a_reorder(kafka_bootstrap, topic_name):
-    from tests.kafka_tools import create_topic
+    from tests.helpers.topics import create_topic
 
     create_topic(kafka_bootstrap, topic_name, partitions=1)
     produce(kafka_bootstrap, topic_name, [("k", "R0"), ("k", "R2"), ("k", "R1")])

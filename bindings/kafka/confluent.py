@@ -23,10 +23,10 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from pyharvest.bindings.kafka.api_versions import CONSUMER_GROUP_HEARTBEAT, broker_api_keys
 from pyharvest.bindings.kafka.logs import librdkafka_logger
-from pyharvest.core.acls import Acl, describe_principal, is_authorization_failure, refused
+from pyharvest.core.config.kafka_acls import Acl, describe_principal, is_authorization_failure, refused
+from pyharvest.core.election.group_protocol import GroupSession, SessionBounds
 from pyharvest.core.errors import KafkaPropertyError
-from pyharvest.core.group_protocol import GroupSession, SessionBounds
-from pyharvest.core.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap, ProduceError, TopicError
+from pyharvest.core.ports.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap, ProduceError, TopicError
 
 __all__ = ["ConfluentClients", "ConfluentLeaderConsumer", "ConfluentProducer", "delivery_error"]
 
@@ -293,8 +293,8 @@ def metadata_within(config: KafkaConfigMap, client: Any, errors: list[KafkaError
 
 
 class ConfluentClients:
-    """The default :class:`~pyharvest.core.kafka.KafkaClients`, and the
-    :class:`~pyharvest.core.group_protocol.GroupSessions` of the consumer group protocol."""
+    """The default :class:`~pyharvest.core.ports.kafka.KafkaClients`, and the
+    :class:`~pyharvest.core.election.group_protocol.GroupSessions` of the consumer group protocol."""
 
     def __init__(self) -> None:
         # The heartbeat timeout of each consumer-protocol group whose session was set: its leader

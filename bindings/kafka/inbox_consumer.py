@@ -1,4 +1,4 @@
-"""The inbox's Kafka consumer on confluent-kafka: :class:`~pyharvest.inbox.ports.InboxConsumer`.
+"""The inbox's Kafka consumer on confluent-kafka: :class:`~pyharvest.core.inbox.ports.InboxConsumer`.
 
 Guarantee: offsets live in the inbox's database, never in Kafka. Kafka is told not to move
 or store offsets itself; an assigned partition is sought to the offset the inbox's listener
@@ -21,7 +21,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from pyharvest.bindings.kafka.logs import librdkafka_logger
-from pyharvest.core.acls import Acl, is_authorization_failure, refused
+from pyharvest.core.config.kafka_acls import Acl, is_authorization_failure, refused
 from pyharvest.core.inbox.errors import InboxError, first_line
 from pyharvest.core.inbox.message import InboxMessage, build_message, delivery_id_for, source_identity
 from pyharvest.core.inbox.ports import RebalanceListener, TopicPartition

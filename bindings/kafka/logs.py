@@ -20,7 +20,7 @@ import re
 import threading
 
 # The mechanism is the engine's too (a failed mark); librdkafka's lines only need their cause.
-from pyharvest.core.repeats import DEFAULT_INTERVAL, MAX_CAUSES, CollapsingLogger
+from pyharvest.core.telemetry.repeats import DEFAULT_INTERVAL, MAX_CAUSES, CollapsingLogger
 
 __all__ = [
     "DEFAULT_INTERVAL",

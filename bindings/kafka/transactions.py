@@ -1,5 +1,5 @@
 """confluent-kafka's transactions behind the engine's exactly-once protocols
-(:class:`~pyharvest.core.kafka.TransactionalProducer`, the progress topic's read and creation)."""
+(:class:`~pyharvest.core.ports.kafka.TransactionalProducer`, the progress topic's read and creation)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from pyharvest.bindings.kafka.confluent import (
     metadata_within,
     refused_configuration,
 )
-from pyharvest.core.acls import Acl, is_authorization_failure, refused
+from pyharvest.core.config.kafka_acls import Acl, is_authorization_failure, refused
 from pyharvest.core.errors import KafkaAuthorizationError
-from pyharvest.core.kafka import DeliveryCallback, KafkaConfigMap, ProduceError, TopicError, TransactionError
+from pyharvest.core.ports.kafka import DeliveryCallback, KafkaConfigMap, ProduceError, TopicError, TransactionError
 
 __all__ = [
     "ConfluentTransactionalClients",
@@ -350,7 +350,7 @@ def probe_transactions(config: KafkaConfigMap, topic: str, partition: int, timeo
 
 class ConfluentTransactionalClients(ConfluentClients):
     """:class:`~pyharvest.bindings.kafka.confluent.ConfluentClients` that can also publish
-    exactly once (:class:`~pyharvest.core.kafka.TransactionalKafkaClients`): what
+    exactly once (:class:`~pyharvest.core.ports.kafka.TransactionalKafkaClients`): what
     :class:`pyharvest.Harvest` uses."""
 
     def transactional_producer(self, config: KafkaConfigMap) -> ConfluentTransactionalProducer:

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from pyharvest.bindings.ops.collector import BacklogCounter, HarvestCollector
     from pyharvest.bindings.ops.server import OpsServer
     from pyharvest.bindings.ops.shard_collector import ShardBacklog
-    from pyharvest.core.harvest import HarvestEngine
-    from pyharvest.core.sharded import ShardedHarvestEngine
+    from pyharvest.core.engine.harvest import HarvestEngine
+    from pyharvest.core.engine.sharded import ShardedHarvestEngine
 
 class Runs(Protocol):
     """A façade over a harvester (``pyharvest.Harvest``): what it runs is its ``runner``."""
@@ -71,8 +71,8 @@ def start_ops_server(
         ) from None
     from pyharvest.bindings.ops.collector import BacklogCounter, HarvestCollector
     from pyharvest.bindings.ops.server import OpsServer
-    from pyharvest.core.harvest import HarvestEngine
-    from pyharvest.core.sharded import ShardedHarvestEngine
+    from pyharvest.core.engine.harvest import HarvestEngine
+    from pyharvest.core.engine.sharded import ShardedHarvestEngine
 
     if not isinstance(harvest, HarvestEngine | ShardedHarvestEngine):
         harvest = harvest.runner

@@ -1,7 +1,7 @@
 """A Prometheus collector that reads a harvester's state when scraped.
 
 The engine only bumps plain counters and appends latencies to bounded reservoirs
-(:class:`pyharvest.core.metrics.HarvestMetrics`); everything Prometheus-specific happens here,
+(:class:`pyharvest.core.telemetry.metrics.HarvestMetrics`); everything Prometheus-specific happens here,
 on the scraping thread, so harvesting pays nothing for being observed.
 
 Embedded users register it with their own registry::
@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from pyharvest.core.harvest import HarvestEngine
+    from pyharvest.core.engine.harvest import HarvestEngine
 
 __all__ = ["LATENCY_BUCKETS", "BacklogCounter", "HarvestCollector"]
 
@@ -185,7 +185,7 @@ def _copy_dict(d: dict[str, int]) -> dict[str, int]:
 
 
 class HarvestCollector(Collector):
-    """Reads a :class:`~pyharvest.core.harvest.HarvestEngine` at scrape time.
+    """Reads a :class:`~pyharvest.core.engine.harvest.HarvestEngine` at scrape time.
 
     Every metric is prefixed with ``namespace`` (``pyharvest``). The mark and purge latency
     histograms drain the engine's reservoirs; all collectors of one harvester share the

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyharvest.core.config_mapping import did_you_mean
-from pyharvest.core.durations import format_duration, parse_duration
+from pyharvest.core.config.durations import format_duration, parse_duration
+from pyharvest.core.config.mapping import did_you_mean
 from pyharvest.core.errors import ConfigError
 
 __all__ = ["DEFAULT_ADDRESS", "DEFAULT_PORT", "METRICS_KEYS", "OpsConfig"]

@@ -9,7 +9,7 @@
 * ``/metrics`` — the Prometheus exposition (OpenMetrics when the scraper asks for it).
 
 None of them waits on the database or the broker: they read the harvester's last known state
-(the database is pinged in the background, :class:`~pyharvest.core.health.DatabaseProbe`), so
+(the database is pinged in the background, :class:`~pyharvest.core.telemetry.health.DatabaseProbe`), so
 they answer at once during an outage too, ``/readyz`` with 503 and what is down and why. A
 client that hangs up before its answer is sent is logged in one line.
 """
@@ -23,16 +23,16 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from pyharvest.core.engine.lifecycle import State
 from pyharvest.core.errors import HarvestError
-from pyharvest.core.harvest import State
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
     from pyharvest.bindings.ops.collector import BacklogCounter
     from pyharvest.bindings.ops.shard_collector import ShardBacklog
-    from pyharvest.core.harvest import HarvestEngine
-    from pyharvest.core.sharded import ShardedHarvestEngine
+    from pyharvest.core.engine.harvest import HarvestEngine
+    from pyharvest.core.engine.sharded import ShardedHarvestEngine
 
 __all__ = ["OpsServer", "health_report", "liveness_report"]
 

@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 from pyharvest.bindings.ops.collector import _COUNTERS, log
 
 if TYPE_CHECKING:
-    from pyharvest.core.sharded import ShardedHarvestEngine
+    from pyharvest.core.engine.sharded import ShardedHarvestEngine
 
 __all__ = ["ShardBacklog", "ShardedHarvestCollector"]
 
@@ -60,7 +60,7 @@ class ShardBacklog:
 
 
 class ShardedHarvestCollector(Collector):
-    """Reads a :class:`~pyharvest.core.sharded.ShardedHarvestEngine` at scrape time."""
+    """Reads a :class:`~pyharvest.core.engine.sharded.ShardedHarvestEngine` at scrape time."""
 
     def __init__(
         self, harvest: ShardedHarvestEngine, *, namespace: str = "pyharvest", backlog: ShardBacklog | None = None

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from pyharvest.bindings.spark.key_hashes import key_hashes
 from pyharvest.bindings.spark.outbox_layout import EMPTY_HEADERS, KEY_LENGTH, encode_headers
-from pyharvest.core.records import Header, InvalidRecordError, OutboxRecord, validate_record
+from pyharvest.core.outbox.records import Header, InvalidRecordError, OutboxRecord, validate_record
 
 __all__ = [
     "EventFunction",

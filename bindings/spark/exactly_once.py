@@ -38,7 +38,7 @@ from pyharvest.bindings.spark.sink_tables import IDENTITY_LENGTH
 from pyharvest.bindings.spark.sink_tasks import APPLIED_SCHEMA, TaskApply
 from pyharvest.bindings.sql.bulk_insert import BulkInsert
 from pyharvest.core.errors import BindingError, ConfigError
-from pyharvest.core.identity import OUTBOX_HEADER, RECORD_ID_HEADER
+from pyharvest.core.outbox.identity import OUTBOX_HEADER, RECORD_ID_HEADER
 from pyharvest.plugins.api import parse_table_name
 
 __all__ = [

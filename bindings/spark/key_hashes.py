@@ -1,4 +1,4 @@
-"""Kafka's key hash (:func:`pyharvest.core.shards.key_hash`) of a whole Arrow column at once.
+"""Kafka's key hash (:func:`pyharvest.core.outbox.keys.key_hash`) of a whole Arrow column at once.
 
 The Spark writer stores each record's key hash (``kafka_key_hash``) so that a sharded
 harvester finds the record in its key's shard. Hashing a million keys one by one in Python
@@ -13,7 +13,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pyharvest.core.shards import murmur2
+from pyharvest.core.outbox.keys import murmur2
 
 __all__ = ["key_hashes"]
 

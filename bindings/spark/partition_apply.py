@@ -39,7 +39,7 @@ import sqlalchemy as sa
 from pyharvest.bindings.spark.database import Database
 from pyharvest.bindings.spark.sink_tables import SinkTables
 from pyharvest.bindings.spark.sink_tasks import AppliedPartition
-from pyharvest.bindings.sql.bulk_insert import BulkInsert
+from pyharvest.bindings.sql.inbox.dedupe import IdentityStore
 from pyharvest.core.errors import BindingError
 from pyharvest.plugins.api import Dialect
 
@@ -72,16 +72,14 @@ class PartitionApply:
         self.dedupe = dedupe
         self.apply = apply
         self.tables = SinkTables.build(checkpoint_table)
-        # The sink created the table from this definition: exact types (binary COPY).
-        self._remember_new = BulkInsert(self.tables.seen, ["sink", "identity", "applied_at"], exact_types=True)
+        # The identities applied, per sink: the inbox's store (:mod:`pyharvest.bindings.sql.inbox.dedupe`).
+        self._seen = IdentityStore(self.tables.seen, ("sink",), "identity", columns=("sink", "identity", "applied_at"))
 
     def __repr__(self) -> str:
         return f"PartitionApply(name={self.name!r}, tasks={self.tables.tasks.fullname!r})"
 
     def database(self) -> Database:
-        db = Database.shared(self.url, self.binding)
-        self._remember_new.dialect = db.plugin
-        return db
+        return Database.shared(self.url, self.binding)
 
     def __call__(self, query_id: str, batch_id: int, partition: int, attempt: int, applied_at: datetime,
                  batches: Iterable[pa.RecordBatch]) -> AppliedPartition:
@@ -147,7 +145,9 @@ class PartitionApply:
         # Rows this transaction remembered for an earlier batch carry the same time as those it
         # remembers now, so none of those identities may be passed again (the dialect's way tells
         # its own rows by the time).
-        fresh = set(unique) - self._remember(conn, dialect, unique, now) if unique else set()
+        # The dialect's way tells its own rows by the time (see IdentityStore.insert_new).
+        scope, values = {"sink": self.name}, {"applied_at": now}
+        fresh = set(unique) - self._seen.insert_new(conn, scope, unique, values, dialect=dialect) if unique else set()
         before.update(unique)
         keep: list[bool] = []
         for ident in identities:
@@ -159,27 +159,3 @@ class PartitionApply:
         kept = sum(keep)
         out = batch.drop_columns([IDENTITY_COLUMN])
         return out if kept == len(identities) else out.filter(pa.array(keep))
-
-    def _remember(self, conn: sa.Connection, dialect: Dialect, identities: list[str], now: datetime) -> set[str]:
-        """Remember the identities not remembered yet; return those that were (to drop).
-
-        The dialect's way where it has one (PostgreSQL: one COPY into a temporary table and
-        one INSERT … ON CONFLICT DO NOTHING, no look-up), else look up, then insert the others.
-        ``now`` must differ from every other task's (the dialect's way tells the rows it
-        inserted by it): the batch's time plus the task attempt's id in microseconds."""
-        values = {"sink": self.name, "applied_at": now}
-        present = dialect.insert_new_keys(conn, self.tables.seen, "identity", identities, values)
-        if present is not None:
-            return set(present)
-        found = self._lookup(conn, dialect, identities)
-        self._remember_new(conn, [(self.name, i, now) for i in identities if i not in found])
-        return found
-
-    def _lookup(self, conn: sa.Connection, dialect: Dialect, identities: list[str]) -> set[str]:
-        t = self.tables.seen
-        stmt = sa.select(t.c.identity).where(t.c.sink == self.name, dialect.list_filter(t.c.identity, "ids"))
-        step = dialect.capabilities.list_limit or len(identities)
-        found: set[str] = set()
-        for i in range(0, len(identities), step):
-            found.update(conn.execute(stmt, {"ids": identities[i : i + step]}).scalars())
-        return found

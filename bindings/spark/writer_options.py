@@ -10,7 +10,7 @@ from pyspark.sql.types import ArrayType, BinaryType, DataType, MapType, StringTy
 
 from pyharvest.bindings.spark.arrow_rows import EventFunction, EventMapping, OutboxColumns
 from pyharvest.core.errors import ConfigError
-from pyharvest.core.records import InvalidRecordError, OutboxRecord, validate_record
+from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord, validate_record
 from pyharvest.plugins.api import TableName, parse_table_name
 
 __all__ = ["WriterOptions", "parse_writer_options"]

@@ -17,8 +17,8 @@ from pyharvest.bindings.sql.quarantine import QuarantinedKey, QuarantineTable
 from pyharvest.bindings.sql.schema import init_db_command, missing_table, table_missing
 from pyharvest.bindings.sql.shard_schema import check_shardable
 from pyharvest.bindings.sql.statements import OutboxStatements
-from pyharvest.core.binding import QuarantineEntry
-from pyharvest.core.records import OutboxRecord
+from pyharvest.core.outbox.records import OutboxRecord
+from pyharvest.core.ports.database import QuarantineEntry
 from pyharvest.plugins.api import Dialect, MalformedRowError, MarkStrategy, OutboxTable
 
 __all__ = ["ID_BATCH", "MalformedRowHandler", "SqlBinding"]
@@ -36,7 +36,7 @@ _PING: sa.Select[Any] = sa.select(sa.literal_column("1"))
 
 
 class SqlBinding:
-    """A :class:`~pyharvest.core.binding.DatabaseBinding` for one outbox table.
+    """A :class:`~pyharvest.core.ports.database.DatabaseBinding` for one outbox table.
 
     Thread-safe: each call checks a connection out of the engine's small pool, so the mark
     thread and the purge/reset thread never share one.
@@ -46,7 +46,7 @@ class SqlBinding:
     ``on_malformed``. It stays marked by this leader, so it neither stalls the mark nor
     blocks other keys; each new leader id logs it again until someone fixes or deletes it.
 
-    It is also a :class:`~pyharvest.core.binding.QuarantineBinding`. With ``quarantine``
+    It is also a :class:`~pyharvest.core.ports.database.QuarantineBinding`. With ``quarantine``
     (a :class:`QuarantineTable`, whose table exists), marks skip every row of a quarantined
     key; without it the mark statement is the plain one, and the first :meth:`quarantine`
     call creates the table and switches the mark over.
@@ -244,7 +244,7 @@ class SqlBinding:
     # ------------------------------------------------------------------ change feed
 
     def watch(self, wake: Callable[[], None]) -> Callable[[], None] | None:
-        """:class:`~pyharvest.core.binding.ChangeFeed`: ``wake`` on the stasher's notifications,
+        """:class:`~pyharvest.core.ports.database.ChangeFeed`: ``wake`` on the stasher's notifications,
         where the dialect can listen; None otherwise (the engine polls)."""
         return self.change_feed.watch(wake)
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from pyharvest.core.logs import one_line
+from pyharvest.core.telemetry.logs import one_line
 from pyharvest.plugins.api import Dialect, Listener, ListenerFactory, TableName
 
 __all__ = ["OutboxChangeFeed"]

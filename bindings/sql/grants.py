@@ -12,7 +12,7 @@ owner) does all the DDL.
 ``verify``     nothing: ``reaper verify`` reads Kafka only.
 =============  =====================================================================
 
-The inbox's are the inbox's (:func:`pyharvest.inbox.tables.InboxTables.grants`). The same
+The inbox's are the inbox's (:func:`pyharvest.bindings.sql.inbox.tables.InboxTables.grants`). The same
 description prints the ``GRANT`` statements (``reaper schema --grants``) and finds a missing
 one: at start by a probe of each privilege that changes nothing (:func:`check_grants`), or at
 first use by the database's refusal (:func:`refused_grant`); either way the error names the

@@ -31,8 +31,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from pyharvest.core.binding import QuarantineEntry
 from pyharvest.core.errors import BindingError
+from pyharvest.core.ports.database import QuarantineEntry
 from pyharvest.plugins.api import KEY_LENGTH, MAX_PART_LENGTH, TOPIC_LENGTH, OutboxTable, TableName, UTCDateTime
 
 __all__ = [

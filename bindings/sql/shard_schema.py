@@ -21,8 +21,8 @@ import sqlalchemy as sa
 
 from pyharvest.bindings.sql.grants import Grant, check_grants
 from pyharvest.core.errors import BindingError
-from pyharvest.core.records import OutboxRecord
-from pyharvest.core.shards import key_hash
+from pyharvest.core.outbox.keys import key_hash
+from pyharvest.core.outbox.records import OutboxRecord
 from pyharvest.plugins.api import (
     KEY_HASH_COLUMN,
     KEY_HASH_GUARD_SUFFIX,

@@ -17,13 +17,14 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
-from pyharvest.core.identity import OUTBOX_HEADER, RECORD_ID_HEADER
+from pyharvest.core.outbox.identity import OUTBOX_HEADER, RECORD_ID_HEADER
 
 __all__ = [
     "OUTBOX_HEADER",
     "RECORD_ID_HEADER",
     "InboxMessage",
     "MessageHeader",
+    "Source",
     "build_message",
     "delivery_id_for",
     "source_identity",
@@ -31,8 +32,11 @@ __all__ = [
 
 
 #: A header as Kafka delivers it: raw bytes, or None for a null value. Not an outbox record's
-#: :data:`pyharvest.core.records.Header`, whose value is the str or bytes the stasher wrote.
+#: :data:`pyharvest.core.outbox.records.Header`, whose value is the str or bytes the stasher wrote.
 MessageHeader = tuple[str, bytes | None]
+
+#: A source identity: the outbox (``<leaderGroupID>/<outboxTable>``) and the record's id in it.
+Source = tuple[str, int]
 
 
 def source_identity(headers: Sequence[MessageHeader] | None) -> tuple[str, int] | None:

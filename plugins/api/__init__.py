@@ -14,12 +14,15 @@ What is here:
   :class:`TransactionalMark`);
 * bulk writes: the :class:`BulkWriter` protocol and its helpers;
 * push wake-ups: the :class:`Listener` protocol (PostgreSQL's ``LISTEN``);
-* :class:`Capabilities`: the flags a dialect declares instead of being recognised by name;
+* :class:`DialectOptions`: what a dialect declares as data (the answer of its one required
+  hook): its name, its :class:`Capabilities` (the flags asked instead of its name, its
+  privileges' among them), its tables' :class:`TableOptions`, its :class:`MarkOptions`, its
+  ``MERGE``'s :class:`MergeForm`;
 * privileges: :func:`grant_statements`, :func:`privilege_probe`, :func:`is_privilege_error`;
 * :class:`Dialect`, :func:`load_dialect`: a loaded plugin with typed access to its hooks.
 """
 
-from pyharvest.core.headers import EMPTY_HEADERS, decode_headers, encode_headers
+from pyharvest.core.outbox.headers import EMPTY_HEADERS, decode_headers, encode_headers
 from pyharvest.plugins.api.bulk import BulkWriter, begin_if_needed, raise_as_sqlalchemy_error
 from pyharvest.plugins.api.capabilities import Capabilities
 from pyharvest.plugins.api.ddl import TableOptions, create_table_ddl
@@ -34,6 +37,7 @@ from pyharvest.plugins.api.dialect import (
 from pyharvest.plugins.api.grants import PRIVILEGES, grant_statements, is_privilege_error, privilege_probe
 from pyharvest.plugins.api.identifiers import MAX_PART_LENGTH, TableName, parse_table_name
 from pyharvest.plugins.api.marking import (
+    MarkOptions,
     MarkQuery,
     MarkStrategy,
     ReturningIdsMark,
@@ -42,6 +46,7 @@ from pyharvest.plugins.api.marking import (
     literal_limit,
 )
 from pyharvest.plugins.api.notify import Listener, ListenerFactory
+from pyharvest.plugins.api.options import DialectOptions
 from pyharvest.plugins.api.shards import SHARD_EXPRESSION, expression_index_ddl, shard_column, shard_column_filter
 from pyharvest.plugins.api.table import (
     GOHARVEST,
@@ -81,10 +86,12 @@ __all__ = [
     "BulkWriter",
     "Capabilities",
     "Dialect",
+    "DialectOptions",
     "GeneratedId",
     "Listener",
     "ListenerFactory",
     "MalformedRowError",
+    "MarkOptions",
     "MarkQuery",
     "MarkStrategy",
     "MergeForm",

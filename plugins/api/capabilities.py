@@ -1,4 +1,4 @@
-"""What a database can do, declared by its dialect plugin (``pyharvest_capabilities``).
+"""What a database can do, declared by its dialect plugin (``DialectOptions.capabilities``).
 
 Code outside ``plugins/`` asks these flags and the dialect's hooks, never the database's name:
 a third-party dialect that declares them gets the same behaviour as a built-in one.
@@ -6,9 +6,11 @@ a third-party dialect that declares them gets the same behaviour as a built-in o
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Capabilities"]
+__all__ = ["Capabilities", "backend_capabilities", "find_capabilities_with"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,3 +48,32 @@ class Capabilities:
     #: How the driver reports a statement refused for want of a privilege: SQLSTATEs or error
     #: numbers (see :func:`~pyharvest.plugins.api.grants.is_privilege_error`).
     privilege_errors: tuple[str | int, ...] = ()
+
+
+# How a SQLAlchemy backend's capabilities are found: installed by the dialect registry
+# (:mod:`.dialect`) when it is imported. The column types (:mod:`.table`) ask through
+# :func:`backend_capabilities`, so they need not import the registry, which describes its hooks
+# with the table they belong to.
+_finder: Callable[[str], Capabilities | None] | None = None
+
+
+def find_capabilities_with(finder: Callable[[str], Capabilities | None]) -> None:
+    """Make ``finder`` (backend name → its dialect's capabilities, None where no installed
+    dialect serves it) the way :func:`backend_capabilities` looks them up."""
+    global _finder
+    _finder = finder
+    _cached.cache_clear()
+
+
+def backend_capabilities(backend: str) -> Capabilities:
+    """The capabilities of the pyharvest dialect serving SQLAlchemy backend ``backend``; the
+    defaults (what any SQL database supports) where no installed dialect serves it."""
+    if _finder is None:
+        raise RuntimeError("no dialect registry installed: import pyharvest.plugins.api")
+    return _cached(backend)
+
+
+@functools.cache
+def _cached(backend: str) -> Capabilities:
+    assert _finder is not None
+    return _finder(backend) or Capabilities()

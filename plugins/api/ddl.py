@@ -40,6 +40,10 @@ class TableOptions:
     table_kwargs: Mapping[str, Any] = field(default_factory=dict)
     #: ``CREATE TABLE IF NOT EXISTS``, where the database has it.
     if_not_exists: bool = True
+    #: Where it has not: SQL put before ``CREATE TABLE`` that runs it only while the table is
+    #: missing (SQL Server's ``IF OBJECT_ID(N'{table}', N'U') IS NULL``); ``{table}`` is the
+    #: table's quoted name.
+    if_missing: str | None = None
 
 
 def create_table_ddl(table: OutboxTable, dialect: sa.Dialect, options: TableOptions) -> str:
@@ -55,7 +59,10 @@ def create_table_ddl(table: OutboxTable, dialect: sa.Dialect, options: TableOpti
             autoincrement=c.autoincrement, server_default=None if default is None else sa.text(default),
         ))
     ddl_table = sa.Table(described.name, sa.MetaData(), *columns, schema=described.schema, **options.table_kwargs)
-    return _tidy(str(CreateTable(ddl_table, if_not_exists=options.if_not_exists).compile(dialect=dialect)))
+    ddl = _tidy(str(CreateTable(ddl_table, if_not_exists=options.if_not_exists).compile(dialect=dialect)))
+    if options.if_missing is not None:
+        ddl = options.if_missing.format(table=table.name.quoted(dialect.identifier_preparer)) + "\n" + ddl
+    return ddl
 
 
 def _tidy(ddl: str) -> str:

@@ -17,16 +17,20 @@ import pluggy
 
 from pyharvest.core.errors import BindingError
 from pyharvest.plugins import hookspecs
-from pyharvest.plugins.api.capabilities import Capabilities
+from pyharvest.plugins.api.capabilities import Capabilities, find_capabilities_with
+from pyharvest.plugins.api.ddl import create_table_ddl
+from pyharvest.plugins.api.marking import MarkStrategy
+from pyharvest.plugins.api.options import DialectOptions
+from pyharvest.plugins.api.shards import expression_index_ddl, shard_column_filter
+from pyharvest.plugins.api.table import NATIVE, OutboxTable
+from pyharvest.plugins.api.upsert import UpsertFromSelect, compile_merges_as
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
     from pyharvest.plugins.api.bulk import BulkWriter
     from pyharvest.plugins.api.identifiers import TableName
-    from pyharvest.plugins.api.marking import MarkStrategy
     from pyharvest.plugins.api.notify import ListenerFactory
-    from pyharvest.plugins.api.table import OutboxTable
 
 __all__ = ["ENTRY_POINT_GROUP", "Dialect", "dialect_for_backend", "dialect_of", "installed_dialects", "load_dialect"]
 
@@ -49,40 +53,48 @@ class Dialect:
         self.name = name
         self.plugin = plugin
         self._hook = pm.hook
-        declared = self._hook.pyharvest_dialect_name()
-        if declared != name:
+        options = self._hook.pyharvest_dialect()
+        if not isinstance(options, DialectOptions):
+            raise BindingError(
+                f"dialect plugin {getattr(plugin, '__name__', plugin)!r}: pyharvest_dialect() returned "
+                f"{type(options).__name__}, expected pyharvest.plugins.api.DialectOptions"
+            )
+        if options.name != name:
             raise BindingError(
                 f"dialect plugin {getattr(plugin, '__name__', plugin)!r} is registered as {name!r} "
-                f"but pyharvest_dialect_name() returns {declared!r}; they must match"
+                f"but pyharvest_dialect() names {options.name!r}; they must match"
             )
-        capabilities = self._hook.pyharvest_capabilities()
-        if capabilities is not None and not isinstance(capabilities, Capabilities):
+        if not isinstance(options.capabilities, Capabilities):
             raise BindingError(
-                f"dialect {name!r}: pyharvest_capabilities() returned {type(capabilities).__name__}, "
+                f"dialect {name!r}: DialectOptions.capabilities is {type(options.capabilities).__name__}, "
                 "expected pyharvest.plugins.api.Capabilities"
             )
+        #: What the plugin declares (:class:`~pyharvest.plugins.api.DialectOptions`).
+        self.options = options
         #: What the database can do; asked instead of its name.
-        self.capabilities: Capabilities = capabilities or Capabilities()
+        self.capabilities: Capabilities = options.capabilities
+        if options.merge is not None:
+            compile_merges_as(self.sqlalchemy_dialect().name, options.merge)
 
     def __repr__(self) -> str:
         return f"Dialect({self.name!r}, {getattr(self.plugin, '__name__', self.plugin)!r})"
 
     def url_backends(self) -> Sequence[str]:
-        return tuple(self._hook.pyharvest_url_backends() or (self.name,))
+        return self.options.backends()
 
     def sqlalchemy_dialect(self) -> sa.Dialect:
         """An SQLAlchemy dialect of this database, with no connection: to compile statements
         for review (``reaper schema --statements``) and the conformance kit's compiled checks."""
         import sqlalchemy as sa
 
-        backends = self._hook.pyharvest_url_backends() or ()
-        for backend in backends:
+        for backend in self.options.backends():
             try:
                 return sa.make_url(f"{backend}://").get_dialect()()
             except sa.exc.NoSuchModuleError:
                 continue
         raise BindingError(
-            f"dialect {self.name!r} names no SQLAlchemy backend (pyharvest_url_backends) to compile its statements with"
+            f"dialect {self.name!r} names no SQLAlchemy backend (DialectOptions.url_backends) "
+            "to compile its statements with"
         )
 
     def url_hint(self, backend: str) -> str | None:
@@ -103,24 +115,28 @@ class Dialect:
         self._hook.pyharvest_configure_engine(engine=engine)
 
     def table_layouts(self) -> Sequence[str]:
-        return tuple(self._hook.pyharvest_table_layouts() or ("native",))
+        """The table layouts the dialect harvests: those it describes, by default ``native``."""
+        return tuple(self.options.tables) or (NATIVE,)
 
     def detect_layout(self, columns: Mapping[str, Any]) -> str | None:
         result: str | None = self._hook.pyharvest_detect_layout(columns=columns)
         return result
 
     def outbox_ddl(self, table: OutboxTable) -> list[str]:
+        """The statements that create ``table``: the dialect's own, or its ``CREATE TABLE``
+        compiled from the table's description and the options it declares for the layout."""
         ddl = self._hook.pyharvest_outbox_ddl(table=table)
         if ddl is None:
-            raise BindingError(f"dialect {self.name!r} cannot create an outbox table of layout {table.layout!r}")
+            options = self.options.tables.get(table.layout)
+            if options is None:
+                raise BindingError(f"dialect {self.name!r} cannot create an outbox table of layout {table.layout!r}")
+            ddl = [create_table_ddl(table, self.sqlalchemy_dialect(), options)]
         return list(ddl)
 
     def mark_strategy(self, table: OutboxTable) -> MarkStrategy:
-        from pyharvest.plugins.api.marking import MarkQuery, MarkStrategy, TransactionalMark
-
         strategy: MarkStrategy | None = self._hook.pyharvest_mark_strategy(table=table)
         if strategy is None:
-            strategy = TransactionalMark(MarkQuery(table))
+            strategy = self.options.mark.strategy(table)
         if not isinstance(strategy, MarkStrategy):
             raise BindingError(
                 f"dialect {self.name!r}: pyharvest_mark_strategy() returned {type(strategy).__name__}, which lacks "
@@ -152,15 +168,16 @@ class Dialect:
             source=source, shards=shards, shard=shard
         )
         if clause is None:
-            clause = shard_expression(source, shards) == _literal(shard)
+            if self.options.shard_column:
+                clause = shard_column_filter(shards, shard)
+            else:
+                clause = shard_expression(source, shards) == _literal(shard)
         return clause
 
     def shard_ddl(self, table: OutboxTable, shards: int, index: str) -> list[str]:
         """What the shard filter needs to read one shard through an index."""
         ddl = self._hook.pyharvest_shard_ddl(table=table, shards=shards, index=index)
         if ddl is None:
-            from pyharvest.plugins.api.shards import expression_index_ddl
-
             ddl = [expression_index_ddl(self.sqlalchemy_dialect().identifier_preparer, table, shards, index)]
         return list(ddl)
 
@@ -219,6 +236,8 @@ class Dialect:
         statement: sa.Executable | None = self._hook.pyharvest_upsert_from_select(
             target=target, source=source, keys=keys, order=order
         )
+        if statement is None and self.options.merge is not None:
+            statement = UpsertFromSelect(target, source, keys, order)
         return statement
 
     def staging_table(self, table: sa.Table) -> sa.Table:
@@ -267,7 +286,11 @@ def load_dialect(name: str) -> Dialect:
             plugin = ep.load()
         except Exception as e:
             raise BindingError(f"dialect {name!r} ({ep.value}) failed to load: {e}") from e
-        dialect = _loaded[name] = Dialect(name, plugin)
+        try:
+            dialect = Dialect(name, plugin)
+        except pluggy.PluginValidationError as e:  # a hook this version does not know
+            raise BindingError(f"dialect {name!r} ({ep.value}) is not a plugin this pyharvest can load: {e}") from e
+        _loaded[name] = dialect
         return dialect
 
 
@@ -296,6 +319,16 @@ def dialect_for_backend(backend: str) -> str:
 
 
 _by_backend: dict[str, Dialect | None] = {}
+
+
+def _capabilities_of(backend: str) -> Capabilities | None:
+    try:
+        return load_dialect(dialect_for_backend(backend)).capabilities
+    except BindingError:
+        return None  # no installed dialect serves it: the defaults (naive UTC is always safe)
+
+
+find_capabilities_with(_capabilities_of)
 
 
 def dialect_of(database: sa.Connection | sa.Engine | sa.Dialect) -> Dialect | None:

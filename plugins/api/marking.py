@@ -28,7 +28,8 @@ may get a generic plan that scans the whole table instead of walking the primary
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import sqlalchemy as sa
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "IdMatcher",
+    "MarkOptions",
     "MarkQuery",
     "MarkStrategy",
     "ReturningIdsMark",
@@ -221,3 +223,34 @@ class TransactionalMark:
                 return []
             connection.execute(self._update, {"leader_id": leader_id, "ids": ids})
             return connection.execute(self._read_back, {"ids": ids}).all()
+
+
+@dataclass(frozen=True, slots=True)
+class MarkOptions:
+    """How a dialect marks with the shared strategies, where it needs no code of its own
+    (``pyharvest_mark_strategy``): the update's ``RETURNING`` and the row choice's locking, as
+    SQLAlchemy's dialects declare ``update_returning``."""
+
+    #: ``"rows"``: ``UPDATE … RETURNING`` the marked rows (:class:`ReturningMark`); ``"ids"``:
+    #: returning their ids only, the rows read back in the same transaction
+    #: (:class:`ReturningIdsMark`, Oracle's ``RETURNING … INTO``); None: select the rows, update
+    #: and read them back (:class:`TransactionalMark`, which any SQL database runs).
+    returning: Literal["rows", "ids"] | None = None
+    #: ``FOR UPDATE`` on the row choice; False where writers are serialised anyway (SQLite) or
+    #: the update's own row locks serialise markers (Oracle, which refuses ``FOR UPDATE`` beside
+    #: ``FETCH FIRST``).
+    lock: bool = True
+    #: A table hint that locks the chosen rows instead (SQL Server's ``WITH (UPDLOCK, ROWLOCK)``).
+    table_hint: str | None = None
+    #: The limit as a literal (False: an integer SQLAlchemy renders per execution, which SQL
+    #: Server's ``TOP (n)`` needs).
+    literal_limit: bool = True
+
+    def strategy(self, table: OutboxTable) -> MarkStrategy:
+        """The strategy these options describe, marking ``table``."""
+        query = MarkQuery(table, lock=self.lock, table_hint=self.table_hint, literal=self.literal_limit)
+        if self.returning == "rows":
+            return ReturningMark(query)
+        if self.returning == "ids":
+            return ReturningIdsMark(query)
+        return TransactionalMark(query)

@@ -15,7 +15,6 @@ Decoding is the per-row hot path of the harvester, so it is a plain function per
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,10 +24,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect as SADialect
 from sqlalchemy.types import TypeDecorator
 
-from pyharvest.core.errors import BindingError
-from pyharvest.core.headers import EMPTY_HEADERS, decode_headers, encode_headers
-from pyharvest.core.records import InvalidRecordError, OutboxRecord
-from pyharvest.core.shards import key_hash
+from pyharvest.core.outbox.headers import EMPTY_HEADERS, decode_headers, encode_headers
+from pyharvest.core.outbox.keys import key_hash
+from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
+from pyharvest.plugins.api.capabilities import backend_capabilities
 from pyharvest.plugins.api.identifiers import TableName
 
 __all__ = [
@@ -49,7 +48,7 @@ NATIVE = "native"
 GOHARVEST = "goharvest"
 LAYOUTS = (NATIVE, GOHARVEST)
 
-#: The native layout's optional column holding the key's hash (:func:`pyharvest.core.shards.key_hash`),
+#: The native layout's optional column holding the key's hash (:func:`pyharvest.core.outbox.keys.key_hash`),
 #: which places a row in a shard when the outbox is harvested in shards.
 KEY_HASH_COLUMN = "kafka_key_hash"
 #: The end of the name of the constraint or trigger that makes a sharded table refuse rows
@@ -102,7 +101,7 @@ class UTCDateTime(TypeDecorator[datetime]):
     cache_ok = True
 
     def process_bind_param(self, value: datetime | None, dialect: SADialect) -> datetime | None:
-        if value is None or value.tzinfo is None or stores_offsets(dialect.name):
+        if value is None or value.tzinfo is None or backend_capabilities(dialect.name).aware_timestamps:
             return value
         return value.astimezone(_UTC).replace(tzinfo=None)
 
@@ -120,25 +119,8 @@ class GeneratedId(TypeDecorator[int]):
     cache_ok = True
 
     def load_dialect_impl(self, dialect: SADialect) -> sa.types.TypeEngine[Any]:
-        return dialect.type_descriptor(sa.Integer() if _capability(dialect.name, "integer_ids") else sa.BigInteger())
-
-
-def stores_offsets(backend: str) -> bool:
-    """Whether the pyharvest dialect serving SQLAlchemy backend ``backend`` stores a time zone
-    with a timestamp (False where no installed dialect serves it: naive UTC is always safe)."""
-    return _capability(backend, "aware_timestamps")
-
-
-@functools.cache
-def _capability(backend: str, flag: str) -> bool:
-    """A capability flag of the pyharvest dialect serving SQLAlchemy backend ``backend``
-    (False where no installed dialect serves it)."""
-    from pyharvest.plugins.api.dialect import dialect_for_backend, load_dialect  # it imports this module
-
-    try:
-        return bool(getattr(load_dialect(dialect_for_backend(backend)).capabilities, flag))
-    except BindingError:
-        return False
+        integer_ids = backend_capabilities(dialect.name).integer_ids
+        return dialect.type_descriptor(sa.Integer() if integer_ids else sa.BigInteger())
 
 
 def _native_columns() -> list[sa.Column[Any]]:

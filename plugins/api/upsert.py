@@ -22,7 +22,7 @@ from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
-__all__ = ["MergeForm", "UpsertFromSelect", "compile_merge"]
+__all__ = ["MergeForm", "UpsertFromSelect", "compile_merge", "compile_merges_as"]
 
 
 class UpsertFromSelect(Executable, ClauseElement):
@@ -103,6 +103,16 @@ def compile_merge(element: UpsertFromSelect, compiler: SQLCompiler, form: MergeF
         f"{form.not_matched} THEN INSERT ({', '.join(f'{prefix}{q(c)}' for c in names)}) "
         f"VALUES ({', '.join(f'src.{q(c)}' for c in names)}){form.terminator}"
     )
+
+
+def compile_merges_as(dialect_name: str, form: MergeForm) -> None:
+    """Compile :class:`UpsertFromSelect` as ``form``'s ``MERGE`` for the SQLAlchemy dialect
+    named ``dialect_name`` (a dialect plugin's ``DialectOptions.merge``, registered when it loads)."""
+
+    def merge(element: UpsertFromSelect, compiler: SQLCompiler, **kw: Any) -> str:
+        return compile_merge(element, compiler, form, **kw)
+
+    compiles(UpsertFromSelect, dialect_name)(merge)
 
 
 @compiles(UpsertFromSelect)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from urllib.parse import quote
 
-from pyharvest.core.config import mask_data_source
+from pyharvest.core.config.settings import mask_data_source
 
 __all__ = ["LIBPQ_DIALECT", "is_libpq_dsn", "libpq_to_url", "mask_url"]
 

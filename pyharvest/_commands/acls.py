@@ -37,8 +37,8 @@ def acl_script(
 ) -> str:
     """The ``kafka-acls.sh`` commands for a configuration file's sections (environment
     overrides applied), as ``reaper acls`` prints them."""
-    from pyharvest.core.acls import Acl, harvest_acls, inbox_acls, principal_of
-    from pyharvest.core.config import Config, resolve_section
+    from pyharvest.core.config.kafka_acls import Acl, harvest_acls, inbox_acls, principal_of
+    from pyharvest.core.config.settings import Config, resolve_section
     from pyharvest.core.errors import ConfigError
     from pyharvest.inbox import InboxConfig
 

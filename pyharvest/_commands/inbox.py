@@ -154,8 +154,8 @@ def check_inbox_config(cfg: Any) -> None:
     from pyharvest.bindings.kafka.inbox_consumer import inbox_consumer_config
     from pyharvest.bindings.kafka.preflight import check_properties
     from pyharvest.bindings.sql.connect import resolve
+    from pyharvest.core.config.kafka_origins import explain_refusal
     from pyharvest.core.errors import KafkaPropertyError
-    from pyharvest.core.kafka_origins import explain_refusal
 
     resolve(cfg.data_source, cfg.binding)
     try:
@@ -171,8 +171,8 @@ def check_kafka(cfg: Any) -> None:
     does not exist yet (the consumer waits for it)."""
     from pyharvest.bindings.kafka.inbox_consumer import inbox_consumer_config
     from pyharvest.bindings.kafka.preflight import check_consumer
+    from pyharvest.core.config.kafka_origins import explain_refusal
     from pyharvest.core.errors import KafkaPropertyError
-    from pyharvest.core.kafka_origins import explain_refusal
 
     try:
         topics = check_consumer(inbox_consumer_config(cfg.base_kafka_config, cfg.group_id))

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from pyharvest._commands.exits import EXIT_OK, EXIT_USAGE, error_exit, exception_exit
 from pyharvest._commands.files import OutboxTarget, add_file_argument, outbox_target
-from pyharvest.core.config import mask_data_source
+from pyharvest.core.config.settings import mask_data_source
 from pyharvest.core.errors import HarvestError
 
 if TYPE_CHECKING:

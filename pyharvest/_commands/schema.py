@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pyharvest.core.config.choices import PoisonPolicy
 from pyharvest.core.errors import ConfigError
 
 __all__ = ["GRANT_COMPONENTS", "SchemaTarget", "grants_of", "schema_target"]
@@ -29,7 +30,7 @@ GRANT_COMPONENTS = ("reaper", "stasher", "inbox", "verify")
 class SchemaTarget:
     binding: str
     table: str
-    poison_policy: str
+    poison_policy: PoisonPolicy | str
     shards: int
     inbox: Mapping[str, Any] | None  # the file's inbox: section, for the inbox's tables
 
@@ -38,7 +39,7 @@ def schema_target(args: argparse.Namespace) -> SchemaTarget:
     """The dialect, table, poison policy and shards: flags first, then ``-f``'s section
     (``harvest:``, or ``inbox:`` for the inbox's grants), then ``--data-source``'s scheme."""
     from pyharvest.bindings.sql.connect import resolve
-    from pyharvest.core.config import Config, resolve_section
+    from pyharvest.core.config.settings import Config, resolve_section
 
     harvest: Config | None = None
     inbox: Mapping[str, Any] | None = None
@@ -65,7 +66,7 @@ def schema_target(args: argparse.Namespace) -> SchemaTarget:
             raise ConfigError("--binding", "give --binding NAME, -f FILE or --data-source URL to choose the dialect")
         binding = resolve(str(data_source))[1].name
     table = args.table or (harvest.outbox_table if harvest is not None else "outbox")
-    policy = args.poison_policy or (harvest.poison_policy if harvest is not None else "block")
+    policy = args.poison_policy or (harvest.poison_policy if harvest is not None else PoisonPolicy.BLOCK)
     shards = args.shards or (harvest.shards if harvest is not None else 1)
     return SchemaTarget(str(binding), table, policy, shards, inbox)
 
@@ -86,5 +87,6 @@ def grants_of(target: SchemaTarget, component: str, role: str) -> str:
         tables = InboxTables.build(names.checkpoint_table, names.dedupe_table, names.dead_letter_table)
         return grants_script(dialect, tables.grants(), role, component)
     outbox = OutboxTable.build(parse_table_name(target.table), key_hash=target.shards > 1)
-    grants = component_grants(component, outbox, quarantine=target.poison_policy == "quarantine", shards=target.shards)
+    quarantine = target.poison_policy == PoisonPolicy.QUARANTINE
+    grants = component_grants(component, outbox, quarantine=quarantine, shards=target.shards)
     return grants_script(dialect, grants, role, component)

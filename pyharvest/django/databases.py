@@ -51,7 +51,7 @@ def outbox_table_name(table: str | TableName | None = None) -> TableName:
 
 def dialect_for_connection(connection: Any) -> Dialect:
     """The pyharvest dialect plugin serving a Django connection (``connections[alias]``, or a
-    migration's ``schema_editor.connection``); :class:`~pyharvest.BindingError` when no
+    migration's ``schema_editor.connection``); :class:`~pyharvest.errors.BindingError` when no
     installed plugin serves its vendor."""
     vendor: str = connection.vendor
     found = _dialects.get(vendor)
@@ -85,7 +85,7 @@ def data_source(using: str = DEFAULT_DB_ALIAS) -> str:
     (``sslmode``, ``options``, ``charset``...), except Django's own keys (``isolation_level``,
     ``server_side_binding``, ``pool``, ``assume_role``, ``transaction_mode``) and
     ``init_command``. Anything a URL cannot express (a dict option, a socket path in ``HOST``)
-    raises :class:`~pyharvest.ConfigError`: give ``harvest.dataSource`` instead.
+    raises :class:`~pyharvest.errors.ConfigError`: give ``harvest.dataSource`` instead.
     """
     if using not in connections.settings:
         raise ConfigError("dataSource", f"no database {using!r} in DATABASES; expected one of {sorted(connections)}")

@@ -21,7 +21,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 
 from pyharvest import tracing
 from pyharvest.core.errors import BindingError
-from pyharvest.core.records import OutboxRecord, validate_record
+from pyharvest.core.outbox.records import OutboxRecord, validate_record
 from pyharvest.django.databases import dialect_for_connection, outbox_table_name
 from pyharvest.plugins.api import KEY_HASH_COLUMN, KEY_HASH_GUARD_SUFFIX, NATIVE, OutboxTable, TableName
 from pyharvest.stasher.errors import OutboxTableChangedError
@@ -159,8 +159,8 @@ def stash(
     the block commits.
 
     ``table`` defaults to the ``PYHARVEST_OUTBOX_TABLE`` setting (``outbox``). The record is
-    validated first (:class:`~pyharvest.InvalidRecordError`, nothing written). A missing table
-    raises :class:`~pyharvest.BindingError` naming ``migrate pyharvest``. ``propagate_trace``
+    validated first (:class:`~pyharvest.errors.InvalidRecordError`, nothing written). A missing table
+    raises :class:`~pyharvest.errors.BindingError` naming ``migrate pyharvest``. ``propagate_trace``
     adds the current OpenTelemetry trace's headers, as the SQLAlchemy stasher's does.
     """
     _write(using, table, (record,), propagate_trace)

@@ -12,13 +12,15 @@
 See ``docs/inbox.md`` for the guarantees and the tables.
 """
 
+from pyharvest._public import publish
 from pyharvest.bindings.sql.bulk_insert import BulkInsert
+from pyharvest.bindings.sql.inbox.deadletters import list_dead_letters, request_replay
+from pyharvest.bindings.sql.inbox.tables import InboxTables
+from pyharvest.core.inbox.letters import DeadLetter
 from pyharvest.core.inbox.message import OUTBOX_HEADER, RECORD_ID_HEADER, InboxMessage, delivery_id_for, source_identity
+from pyharvest.core.inbox.stats import InboxStats
 from pyharvest.inbox.config import ERROR_POLICIES, InboxConfig, InboxFile, InboxLimits
-from pyharvest.inbox.deadletters import DeadLetter, list_dead_letters, request_replay
-from pyharvest.inbox.errors import HandlerError, InboxError
-from pyharvest.inbox.runner import BatchHandler, Handler, Inbox, InboxStats
-from pyharvest.inbox.tables import InboxTables
+from pyharvest.inbox.runner import BatchHandler, Handler, Inbox
 
 __all__ = [
     "ERROR_POLICIES",
@@ -28,10 +30,8 @@ __all__ = [
     "BulkInsert",
     "DeadLetter",
     "Handler",
-    "HandlerError",
     "Inbox",
     "InboxConfig",
-    "InboxError",
     "InboxFile",
     "InboxLimits",
     "InboxMessage",
@@ -42,3 +42,5 @@ __all__ = [
     "request_replay",
     "source_identity",
 ]
+
+publish(__name__, globals(), __all__)

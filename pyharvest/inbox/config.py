@@ -1,6 +1,6 @@
 """Inbox configuration: the ``inbox:`` section of a YAML file, or built in Python.
 
-The conventions are the harvester's (:mod:`pyharvest.core.config`): camelCase YAML keys,
+The conventions are the harvester's (:mod:`pyharvest.core.config.settings`): camelCase YAML keys,
 Go durations (``100ms``, ``2s``), snake_case attributes in seconds, and a
 :class:`~pyharvest.core.errors.ConfigError` naming the offending field.
 """
@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from pyharvest.core.config import LoggingConfig, file_sections, read_yaml_file
-from pyharvest.core.config_mapping import (
+from pyharvest.core.config.mapping import (
     ValueReader,
     config_to_mapping,
     limits_from_mapping,
@@ -26,6 +25,7 @@ from pyharvest.core.config_mapping import (
     section_from_mapping,
     yaml_key,
 )
+from pyharvest.core.config.settings import LoggingConfig, file_sections, read_yaml_file
 from pyharvest.core.errors import ConfigError
 from pyharvest.plugins.api import parse_table_name
 

@@ -3,7 +3,7 @@
 One worker thread consumes a Kafka consumer group and applies messages in database
 transactions of at most ``maxBatchSize`` messages and ``maxBatchDuration``. Each
 transaction holds the handler's effects, the identities it applied (dedupe) and, last, the
-fenced move of each partition's checkpoint (see :mod:`pyharvest.inbox.checkpoints`). So
+fenced move of each partition's checkpoint (see :mod:`pyharvest.bindings.sql.inbox.checkpoints`). So
 either all of a batch happened and the offsets say so, or none of it did.
 
 Failures and what they cost:
@@ -22,12 +22,9 @@ the open batch first (the fence is still ours), an assignment claims the new par
 (bumping their fences) and seeks to the offsets stored in the database. Kafka's own
 committed offsets are written after each commit for monitoring only; they are never read.
 
-This module keeps the lifecycle (start, stop, join, stats) and wires the parts, one
-responsibility each: :mod:`~pyharvest.bindings.kafka.inbox_consumer` (Kafka),
-:mod:`~pyharvest.inbox.loop` (the worker's loop and rebalances),
-:mod:`~pyharvest.inbox.partitions` (claims and fences), :mod:`~pyharvest.inbox.batch`
-(one transaction), :mod:`~pyharvest.inbox.recovery` (failures) and
-:mod:`~pyharvest.inbox.replay` (dead letters).
+This module keeps the lifecycle (start, stop, join, stats) and builds the bindings the
+engine (:mod:`pyharvest.core.inbox.engine`) runs on: SQLAlchemy (:mod:`pyharvest.bindings.sql.inbox`)
+and confluent-kafka (:mod:`pyharvest.bindings.kafka.inbox_consumer`).
 """
 
 from __future__ import annotations
@@ -43,22 +40,29 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from pyharvest.core.inbox.ports import InboxConsumer
-from pyharvest.inbox.batch import Batches
-from pyharvest.inbox.checkpoints import Checkpoints
+from pyharvest.bindings.sql.inbox.checkpoints import Checkpoints
+from pyharvest.bindings.sql.inbox.database import SqlInboxDatabase
+from pyharvest.bindings.sql.inbox.deadletters import DeadLetters
+from pyharvest.bindings.sql.inbox.dedupe import Dedupe
+from pyharvest.bindings.sql.inbox.tables import InboxTables
+from pyharvest.core.inbox.engine import InboxEngine, InboxSettings
+from pyharvest.core.inbox.errors import HandlerError, first_line
+from pyharvest.core.inbox.message import InboxMessage
+from pyharvest.core.inbox.ports import InboxConsumer, InboxPorts
+from pyharvest.core.inbox.stats import InboxStats
 from pyharvest.inbox.config import InboxConfig
-from pyharvest.inbox.deadletters import DeadLetters
-from pyharvest.inbox.dedupe import Dedupe
-from pyharvest.inbox.errors import HandlerError, first_line
-from pyharvest.inbox.loop import ConsumeLoop
-from pyharvest.inbox.partitions import Partitions
-from pyharvest.inbox.ports import BatchHandler, Handler
-from pyharvest.inbox.recovery import Recovery
-from pyharvest.inbox.replay import Replayer
-from pyharvest.inbox.stats import Counters, InboxStats
-from pyharvest.inbox.tables import InboxTables
 
-__all__ = ["BatchHandler", "Handler", "Inbox", "InboxStats"]
+__all__ = ["BatchHandler", "Handler", "Inbox"]
+
+#: ``handler(tx, message)``: apply ``message`` through ``tx`` (a Connection inside the
+#: inbox's transaction: do not commit or roll back). Raise to reject the message.
+Handler = Callable[[sa.Connection, InboxMessage], object]
+
+#: ``batch_handler(tx, messages)``: apply ``messages`` (one transaction's, after dedupe, each
+#: partition's in offset order) through ``tx``, as one would by applying them one after the
+#: other. Raise to reject them: the inbox then finds the message that fails (applying parts
+#: of the list in savepoints) and applies the rest without it.
+BatchHandler = Callable[[sa.Connection, list[InboxMessage]], object]
 
 log = logging.getLogger("pyharvest.inbox")
 
@@ -112,9 +116,7 @@ class Inbox:
         # Built on the worker thread, so that what fails there is reported through join().
         self._engine: sa.Engine | None = None
         self._consumer: InboxConsumer | None = None
-        self._partitions: Partitions | None = None
-        self._loop: ConsumeLoop | None = None
-        self._counters = Counters()
+        self._inbox: InboxEngine | None = None
         self._stop = threading.Event()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
@@ -152,8 +154,9 @@ class Inbox:
 
     @property
     def stats(self) -> InboxStats:
-        partitions = self._partitions
-        return self._counters.snapshot(partitions.owned if partitions is not None else ())
+        """Counters since start (:class:`InboxStats`), a snapshot."""
+        inbox = self._inbox
+        return inbox.stats if inbox is not None else InboxStats()
 
     @property
     def running(self) -> bool:
@@ -176,23 +179,18 @@ class Inbox:
 
     def _run(self) -> None:
         try:
-            loop = self._setup()
-            while not self._stop.is_set():
-                loop.step()
-            loop.finish()
+            self._setup().run()
         except BaseException as e:  # noqa: BLE001 - reported through join()
             self._error = e
             if isinstance(e, HandlerError):
                 log.error("inbox stopped: %s", e)
             else:
                 log.error("inbox stopped by %s: %s", type(e).__name__, first_line(e))
-            if self._loop is not None:
-                self._loop.abandon()
         finally:
             self._close()
             self._done.set()
 
-    def _setup(self) -> ConsumeLoop:
+    def _setup(self) -> InboxEngine:
         c = self.config
         if self._external_engine is not None:
             engine = self._external_engine
@@ -215,70 +213,37 @@ class Inbox:
         consumer = self._consumer = ConfluentInboxConsumer(
             c.base_kafka_config, c.group_id, factory=self._consumer_factory
         )
-        loop = self._loop = self._wire(engine, consumer)
-        consumer.subscribe(c.topics, loop)
-        log.info("inbox %s consuming %s as %s", c.group_id, ", ".join(c.topics), self._owner)
-        return loop
-
-    def _wire(self, engine: sa.Engine, consumer: InboxConsumer) -> ConsumeLoop:
-        c, limits = self.config, self.config.limits
-        backoff: float = limits.io_error_backoff  # type: ignore[assignment]
-        partitions = self._partitions = Partitions(
-            engine, self._checkpoints, self._dead_letters, stop=self._stop, backoff=backoff
-        )
-        batches = Batches(
-            engine,
+        inbox = self._inbox = InboxEngine(
+            InboxPorts(SqlInboxDatabase(engine), self._checkpoints, self._dedupe, self._dead_letters, consumer),
             self._handler,
             batch_handler=self._batch_handler,
-            partitions=partitions,
-            checkpoints=self._checkpoints,
-            dedupe=self._dedupe,
-            dead_letters=self._dead_letters,
-            consumer=consumer,
-            counters=self._counters,
+            settings=self._settings(),
+            stop=self._stop,
+        )
+        inbox.subscribe(c.topics)
+        log.info("inbox %s consuming %s as %s", c.group_id, ", ".join(c.topics), self._owner)
+        return inbox
+
+    def _settings(self) -> InboxSettings:
+        c, limits = self.config, self.config.limits
+        return InboxSettings(
             error_policy=c.error_policy,
             dedupe_window=c.dedupe_window,
-            prune_every=limits.prune_every_commits,  # type: ignore[arg-type]
-        )
-        recovery = Recovery(
-            engine,
-            self._checkpoints,
-            partitions=partitions,
-            batches=batches,
-            counters=self._counters,
-            stop=self._stop,
-            backoff=backoff,
-        )
-        replayer = Replayer(
-            engine,
-            self._handler,
-            batch_handler=self._batch_handler,
-            partitions=partitions,
-            checkpoints=self._checkpoints,
-            dedupe=self._dedupe,
-            dead_letters=self._dead_letters,
-            drop=batches.drop,
-            counters=self._counters,
-            stop=self._stop,
-            interval=limits.replay_poll_interval,  # type: ignore[arg-type]
-        )
-        return ConsumeLoop(
-            consumer,
-            partitions=partitions,
-            batches=batches,
-            recovery=recovery,
-            replayer=replayer,
+            prune_every=limits.prune_every_commits,  # type: ignore[arg-type]  # resolve() fills every limit in
             max_batch=limits.max_batch_size,  # type: ignore[arg-type]
             max_duration=limits.max_batch_duration,  # type: ignore[arg-type]
             poll=limits.poll_duration,  # type: ignore[arg-type]
+            backoff=limits.io_error_backoff,  # type: ignore[arg-type]
+            replay_interval=limits.replay_poll_interval,  # type: ignore[arg-type]
         )
 
     def _close(self) -> None:
         consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            consumer.close()  # leaves the group; the revocation inside finds nothing open
-        if self._partitions is not None:
-            self._partitions.clear()
+        inbox = self._inbox
+        if inbox is not None:
+            inbox.close()  # leaves the group; the revocation inside finds nothing open
+        elif consumer is not None:
+            consumer.close()
         if self._engine is not None and self._external_engine is None:
             self._engine.dispose()
         log.info("inbox %s stopped", self.config.group_id)

@@ -36,28 +36,24 @@ keeps their compiled form. Where the database's dialect supports several layouts
 (PostgreSQL: native and goharvest's), the dialect recognises the table's from its columns,
 once per engine (``layout=`` forces one); the same look-up reads the key column's length.
 
-Before anything is written, a key longer than the table's key column, a record over
-``max_record_bytes`` and a missing table are refused: :class:`KeyTooLongError`,
-:class:`RecordTooLargeError`, :class:`OutboxTableMissingError`. A table that ``reaper init-db
---shards`` made ready for shards after this process read it refuses the process's rows once
-(:class:`OutboxTableChangedError`): run the transaction again, and the stasher stores each
-row's key hash from then on.
+Before anything is written, an ill-formed record (:func:`validate_record`), a key longer than
+the table's key column, a record over ``max_record_bytes`` and a missing table are refused:
+:class:`~pyharvest.errors.InvalidRecordError`, :class:`~pyharvest.errors.KeyTooLongError`,
+:class:`~pyharvest.errors.RecordTooLargeError`, :class:`~pyharvest.errors.OutboxTableMissingError`.
+A table that ``reaper init-db --shards`` made ready for shards after this process read it
+refuses the process's rows once (:class:`~pyharvest.errors.OutboxTableChangedError`): run the
+transaction again, and the stasher stores each row's key hash from then on.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-# The errors are light (no SQLAlchemy): ``import pyharvest`` exports them. The stashers load
-# on first use.
-from pyharvest.stasher.errors import (
-    DEFAULT_MAX_RECORD_BYTES,
-    KAFKA_MESSAGE_MAX_BYTES,
-    KeyTooLongError,
-    OutboxTableChangedError,
-    OutboxTableMissingError,
-    RecordTooLargeError,
-)
+# Light (no SQLAlchemy): ``import pyharvest`` imports this package for its errors
+# (pyharvest.errors). The stashers load on first use.
+from pyharvest._public import publish
+from pyharvest.core.outbox.records import validate_record
+from pyharvest.stasher.errors import DEFAULT_MAX_RECORD_BYTES, KAFKA_MESSAGE_MAX_BYTES
 
 if TYPE_CHECKING:
     from pyharvest.stasher.batch import BatchStasher
@@ -68,14 +64,11 @@ __all__ = [
     "KAFKA_MESSAGE_MAX_BYTES",
     "AsyncPreparedStasher",
     "BatchStasher",
-    "KeyTooLongError",
-    "OutboxTableChangedError",
-    "OutboxTableMissingError",
     "PreparedStasher",
-    "RecordTooLargeError",
     "Stasher",
     "astash",
     "stash",
+    "validate_record",
 ]
 
 _LAZY = {
@@ -90,6 +83,11 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from importlib import import_module
 
-    value = getattr(import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # once loaded, an ordinary attribute
-    return value
+    loaded = import_module(f"{__name__}.{module}")
+    names = [n for n, m in _LAZY.items() if m == module]
+    publish(__name__, vars(loaded), names)
+    globals().update((n, getattr(loaded, n)) for n in names)  # once loaded, ordinary attributes
+    return globals()[name]
+
+
+publish(__name__, globals(), ["validate_record"])

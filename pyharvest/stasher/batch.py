@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 
-if TYPE_CHECKING:
-    from pyharvest.core.records import OutboxRecord
-    from pyharvest.stasher.stashers import PreparedStasher
+from pyharvest.core.outbox.records import OutboxRecord
 
-__all__ = ["BatchStasher"]
+__all__ = ["BatchStasher", "RowWriter"]
+
+
+class RowWriter(Protocol):
+    """What a batch writes through: a prepared stasher (:meth:`Stasher.prepare`)."""
+
+    @property
+    def connection(self) -> sa.Connection: ...
+
+    def encode(self, record: OutboxRecord) -> dict[str, Any]:
+        """The row's parameters; raises on a record the stasher refuses."""
+        ...
+
+    def write(self, params: list[dict[str, Any]]) -> None:
+        """Insert the rows (one ``executemany``, or the dialect's bulk writer)."""
+        ...
 
 
 class BatchStasher:
@@ -32,7 +45,7 @@ class BatchStasher:
 
     __slots__ = ("__weakref__", "_buffer", "_conn", "_flush_every", "_flushing", "_hooks", "_prepared")
 
-    def __init__(self, prepared: PreparedStasher, flush_every: int) -> None:
+    def __init__(self, prepared: RowWriter, flush_every: int) -> None:
         self._prepared = prepared
         self._conn = prepared.connection
         self._buffer: list[dict[str, Any]] = []

@@ -6,7 +6,7 @@ Nothing here imports SQLAlchemy, so that ``import pyharvest`` can export them wi
 
 from __future__ import annotations
 
-from pyharvest.core.records import InvalidRecordError
+from pyharvest.core.outbox.records import InvalidRecordError
 
 __all__ = [
     "DEFAULT_MAX_RECORD_BYTES",

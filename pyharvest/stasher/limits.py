@@ -17,7 +17,7 @@ from pyharvest.stasher.errors import (
 )
 
 if TYPE_CHECKING:
-    from pyharvest.core.records import OutboxRecord
+    from pyharvest.core.outbox.records import OutboxRecord
     from pyharvest.plugins.api import TableName
 
 __all__ = ["KEY_COLUMN", "StashLimits", "record_bytes"]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import sqlalchemy as sa
 
 from pyharvest import tracing
-from pyharvest.core.records import Header, OutboxRecord, validate_record
+from pyharvest.core.outbox.records import Header, OutboxRecord, validate_record
 from pyharvest.plugins.api import GOHARVEST, NATIVE, OutboxTable, TableName, parse_table_name
 from pyharvest.stasher.batch import BatchStasher
 from pyharvest.stasher.errors import DEFAULT_MAX_RECORD_BYTES
@@ -320,7 +320,7 @@ def stash(
     the record commits with it or not at all, and the harvester publishes it after the commit,
     in order with the other records of its key. Nothing is committed here.
 
-    The record is checked before anything is written; :class:`~pyharvest.InvalidRecordError`
+    The record is checked before anything is written; :class:`~pyharvest.errors.InvalidRecordError`
     (or its subclasses :class:`KeyTooLongError` and :class:`RecordTooLargeError`, over
     :data:`DEFAULT_MAX_RECORD_BYTES`) says which field is wrong, and
     :class:`OutboxTableMissingError` how to create a missing table. ``propagate_trace=True``

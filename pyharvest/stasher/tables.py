@@ -129,7 +129,7 @@ def bulk_writers_of(outbox: OutboxTable) -> BulkWriters:
 
 def refused_insert(error: sa.exc.DBAPIError, engine: sa.Engine, outbox: OutboxTable) -> Exception | None:
     """What to raise instead of ``error``, an insert's failure: the role's missing privilege
-    (:class:`~pyharvest.core.errors.MissingGrantError`, naming the grant), or the table's key
+    (:class:`~pyharvest.errors.MissingGrantError`, naming the grant), or the table's key
     hash guard refusing a row written without a hash, by a shape looked up before ``reaper
     init-db --shards`` added the column; None for anything else."""
     plugin = dialect_of(engine.dialect)

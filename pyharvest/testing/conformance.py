@@ -32,7 +32,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pyharvest.bindings.sql import SqlBinding, TableName, create_binding, create_outbox_table, parse_table_name
-from pyharvest.core.records import InvalidRecordError, OutboxRecord
+from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
 from pyharvest.plugins.api import dialect_for_backend, load_dialect
 from pyharvest.stasher import Stasher, stash
 

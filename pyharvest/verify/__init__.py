@@ -17,6 +17,7 @@ outcome) and :mod:`~pyharvest.verify.topic` (reading a topic back).
 (True, 1)
 """
 
+from pyharvest._public import publish
 from pyharvest.verify.check import verify
 from pyharvest.verify.identity import IdentitySpec, VerifyError, expected_from_records, parse_identity
 from pyharvest.verify.report import Duplicate, Reorder, VerifyReport
@@ -33,3 +34,5 @@ __all__ = [
     "verify",
     "verify_topic",
 ]
+
+publish(__name__, globals(), __all__)

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from types import MappingProxyType
 from typing import Final
 
-from pyharvest.core.records import OutboxRecord
+from pyharvest.core.outbox.records import OutboxRecord
 from pyharvest.verify.identity import Identity, Key, record_identity
 from pyharvest.verify.report import Duplicate, Reorder, VerifyReport
 

@@ -1,6 +1,6 @@
 """What identifies a record, read alike from a Kafka message and from a stashed record.
 
-Guarantee: an :class:`~pyharvest.core.records.OutboxRecord` and the message the harvester
+Guarantee: an :class:`~pyharvest.core.outbox.records.OutboxRecord` and the message the harvester
 published from it yield equal identities under the same spec (``"value"`` or
 ``"header:NAME"``, as bytes), so that :func:`~pyharvest.verify.verify_topic` never reports
 a loss that is only ``str`` compared with ``bytes``. A spec that cannot be read is refused
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from pyharvest.core.records import OutboxRecord
+from pyharvest.core.outbox.records import OutboxRecord
 
 __all__ = [
     "Identity",

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pyharvest.core.records import OutboxRecord
+from pyharvest.core.outbox.records import OutboxRecord
 from pyharvest.verify.check import verify
 from pyharvest.verify.identity import Identity, IdentitySpec, Key, VerifyError, expected_pair, parse_identity
 from pyharvest.verify.report import VerifyReport
@@ -91,7 +91,7 @@ def verify_topic(
 
 
 def _refused(config: Mapping[str, object], topic: str, detail: str) -> str:
-    from pyharvest.core.acls import refused, verify_acls
+    from pyharvest.core.config.kafka_acls import refused, verify_acls
 
     return str(refused(config, verify_acls(topic)[0], detail))
 

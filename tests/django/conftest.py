@@ -13,19 +13,12 @@ import importlib
 import sys
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "django"
-ENGINES = {
-    "sqlite": "django.db.backends.sqlite3",
-    "postgresql": "django.db.backends.postgresql",
-    "mysql": "django.db.backends.mysql",
-}
+from tests.helpers.django import ENGINES, EXAMPLE, DjangoDatabase
 
 
 @pytest.fixture(scope="session")
@@ -63,25 +56,6 @@ def swap_default(db: dict[str, Any] | None) -> None:
     if db is not None:
         connections.settings["default"] = connections.configure_settings({"default": db})["default"]
 
-
-@dataclass
-class DjangoDatabase:
-    dialect: str
-    settings: dict[str, Any]  # DATABASES["default"]
-
-    def engine(self) -> sa.Engine:
-        """A SQLAlchemy engine on the same database, through the URL the harvester gets."""
-        from pyharvest.django import data_source
-
-        return sa.create_engine(data_source("default"))
-
-    def count(self, table: str = "outbox") -> int:
-        engine = self.engine()
-        try:
-            with engine.connect() as c:
-                return int(c.execute(sa.text(f"SELECT COUNT(*) FROM {table}")).scalar_one())
-        finally:
-            engine.dispose()
 
 
 @pytest.fixture

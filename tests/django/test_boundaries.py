@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 
 from benchmarks.children import python_code
-from tests.test_layering import ROOT, offending
+from tests.helpers.layering import ROOT, offending
 
 
 def test_only_the_integrations_import_django_or_alembic() -> None:

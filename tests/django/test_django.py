@@ -14,11 +14,12 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
-from pyharvest import BindingError, InvalidRecordError, OutboxRecord
+from pyharvest import OutboxRecord
 from pyharvest.bindings.sql import check_table, create_binding, create_outbox_table
-from pyharvest.core.headers import decode_headers
+from pyharvest.core.outbox.headers import decode_headers
+from pyharvest.errors import BindingError, InvalidRecordError
 from pyharvest.plugins.api import load_dialect, parse_table_name
-from tests.django.conftest import DjangoDatabase
+from tests.helpers.django import DjangoDatabase
 
 pytest.importorskip("django")
 
@@ -278,7 +279,7 @@ def test_data_source_from_databases_mysql_and_sqlite(alias, tmp_path) -> None:
 
 
 def test_data_source_refuses_what_a_url_cannot_carry(alias) -> None:
-    from pyharvest import ConfigError
+    from pyharvest.errors import ConfigError
 
     ssl = alias(ENGINE="django.db.backends.mysql", NAME="x", OPTIONS={"ssl": {"ca": "/ca.pem"}})
     with pytest.raises(ConfigError, match=r"OPTIONS'\]\['ssl'\] is a dict.*harvest.dataSource"):
@@ -300,7 +301,7 @@ def printed_config(capsys, *args: str) -> dict:
 
 
 def test_reaper_command_takes_the_data_source_from_databases(alias, capsys, monkeypatch) -> None:
-    from pyharvest.core.config import mask_data_source
+    from pyharvest.core.config.settings import mask_data_source
 
     name = alias(ENGINE="django.db.backends.postgresql", NAME="app", USER="svc", PASSWORD="secret", HOST="db", PORT=5432)
     monkeypatch.setenv("PYHARVEST_HARVEST__LIMITS__MAXINFLIGHTRECORDS", "77")
@@ -357,7 +358,7 @@ def python_blocks(path) -> list[str]:
 def test_the_code_of_docs_django_md_runs_as_written(django_db: DjangoDatabase) -> None:
     from django.db.migrations.state import ProjectState
 
-    from tests.django.conftest import EXAMPLE
+    from tests.helpers.django import EXAMPLE
 
     migrate("pyharvest")
     blocks = python_blocks(EXAMPLE.parent.parent / "django.md")
@@ -376,7 +377,7 @@ def test_the_code_of_docs_django_md_runs_as_written(django_db: DjangoDatabase) -
 
 def test_records_stashed_through_django_carry_their_key_hash(django_db: DjangoDatabase) -> None:
     # Shards place a row by its stored key hash: a Django writer must store it as the stasher does.
-    from pyharvest.core.shards import key_hash
+    from pyharvest.core.outbox.keys import key_hash
 
     migrate("pyharvest")
     stash_many([OutboxRecord("t", f"key-{i}", b"v") for i in range(5)])

@@ -9,14 +9,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
 
 from pyharvest import OutboxRecord
-from tests.django.conftest import EXAMPLE, DjangoDatabase
-from tests.kafka_tools import create_topic, read_topic, values_per_key
+from tests.helpers.django import EXAMPLE, DjangoDatabase
+from tests.helpers.topics import create_topic, read_topic, values_per_key
+from tests.helpers.waiting import wait_until
 
 pytest.importorskip("django")
 
@@ -48,13 +48,13 @@ PYHARVEST = {{
 
 
 def wait_until_empty(db: DjangoDatabase, reaper: subprocess.Popen, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while db.count():
+    def empty() -> bool:
         if reaper.poll() is not None:
             _out, err = reaper.communicate()
             pytest.fail(f"manage.py reaper exited with {reaper.returncode}:\n{err}")
-        assert time.monotonic() < deadline, f"the outbox still holds {db.count()} records"
-        time.sleep(0.2)
+        return db.count() == 0
+
+    wait_until(empty, timeout, "the outbox to empty", interval=0.2)
 
 
 def test_manage_py_reaper_publishes_what_django_committed(

@@ -7,8 +7,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
-from pyharvest.inbox import HandlerError
-from tests.inbox.fakes import TOPIC, Stores, message, wire
+from pyharvest.errors import HandlerError
+from tests.helpers.inbox.fakes import TOPIC, Stores, message, wire
 
 
 @pytest.fixture
@@ -19,8 +19,8 @@ def stores(tmp_path) -> Stores:
 
 
 def owning(parts, *partitions: int):
-    parts.consumer.rebalance("assign", [(TOPIC, p) for p in partitions])
-    parts.consumer.poll(1, 0)
+    parts.ports.consumer.rebalance("assign", [(TOPIC, p) for p in partitions])
+    parts.ports.consumer.poll(1, 0)
 
 
 def test_effects_identities_and_checkpoint_commit_together(stores):
@@ -36,7 +36,7 @@ def test_effects_identities_and_checkpoint_commit_together(stores):
     assert stores.identities() == [("o", 1), ("o", 2)]
     assert stores.checkpoint() == (3, 1)
     assert parts.partitions.owned[(TOPIC, 0)].committed == 3
-    assert parts.consumer.commits == [{(TOPIC, 0): 3}], "Kafka's offsets follow the database commit"
+    assert parts.ports.consumer.commits == [{(TOPIC, 0): 3}], "Kafka's offsets follow the database commit"
     s = parts.counters.snapshot(())
     assert (s.commits, s.applied, s.rollbacks) == (1, 3, 0)
 
@@ -108,7 +108,7 @@ def test_a_moved_fence_rolls_back_drops_the_partition_and_commits_the_rest(store
     b.apply([message(0, partition=0), message(0, partition=1, value=b"p1")])
     b.commit()
     assert (TOPIC, 0) not in parts.partitions.owned
-    assert parts.consumer.paused == [(TOPIC, 0)]
+    assert parts.ports.consumer.paused == [(TOPIC, 0)]
     assert stores.checkpoint(0) == (None, fence), "the zombie's offset never lands"
     assert stores.checkpoint(1)[0] == 1
     assert stores.applied_offsets() == [0], "only partition 1's message, applied again in a new transaction"

@@ -8,8 +8,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
-from pyharvest.inbox import HandlerError, InboxMessage
-from tests.inbox.fakes import TOPIC, Stores, message, wire
+from pyharvest.errors import HandlerError
+from pyharvest.inbox import InboxMessage
+from tests.helpers.inbox.fakes import TOPIC, Stores, message, wire
 
 
 @pytest.fixture
@@ -20,8 +21,8 @@ def stores(tmp_path) -> Stores:
 
 
 def owning(parts, *partitions: int):
-    parts.consumer.rebalance("assign", [(TOPIC, p) for p in partitions])
-    parts.consumer.poll(1, 0)
+    parts.ports.consumer.rebalance("assign", [(TOPIC, p) for p in partitions])
+    parts.ports.consumer.poll(1, 0)
 
 
 class Recorder:
@@ -172,8 +173,8 @@ def test_a_moved_fence_drops_the_partition_and_the_rest_is_applied_once(stores):
 def test_the_loop_drives_the_batch_handler(stores):
     handler = Recorder(stores)
     parts = wire(stores, batch_handler=handler, max_batch=3)
-    parts.consumer.rebalance("assign", [(TOPIC, 0)])
-    parts.consumer.deliver(*[message(i) for i in range(7)])
+    parts.ports.consumer.rebalance("assign", [(TOPIC, 0)])
+    parts.ports.consumer.deliver(*[message(i) for i in range(7)])
     for _ in range(4):
         parts.loop.step()
     parts.loop.finish()

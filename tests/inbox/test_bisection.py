@@ -10,8 +10,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
+from pyharvest.bindings.sql.inbox.database import SqlInboxDatabase
+from pyharvest.core.inbox.bisection import first_failure
 from pyharvest.inbox import InboxMessage
-from pyharvest.inbox.bisection import first_failure
 
 TAKEN = 999  # an id already in the table: inserting it again fails
 
@@ -69,7 +70,7 @@ def in_transaction(engine: sa.Engine, table: sa.Table, work, commit: bool = True
 
 def test_a_list_that_applies_costs_one_call(engine, rows):
     handler = Inserter(rows)
-    assert in_transaction(engine, rows, lambda c: first_failure(c, handler, messages(*range(10)))) is None
+    assert in_transaction(engine, rows, lambda c: first_failure(SqlInboxDatabase(engine), c, handler, messages(*range(10)))) is None
     assert handler.calls == [10]
     assert stored(engine, rows) == list(range(10))
 
@@ -79,7 +80,7 @@ def test_the_failing_message_is_found_with_those_before_it_applied(engine, rows,
     ids = list(range(13))
     ids[at] = TAKEN
     handler = Inserter(rows)
-    found = in_transaction(engine, rows, lambda c: first_failure(c, handler, messages(*ids)))
+    found = in_transaction(engine, rows, lambda c: first_failure(SqlInboxDatabase(engine), c, handler, messages(*ids)))
     assert found is not None
     index, error = found
     assert index == at
@@ -91,7 +92,7 @@ def test_the_failing_message_is_found_with_those_before_it_applied(engine, rows,
 
 def test_the_first_of_two_failing_messages_is_found(engine, rows):
     handler = Inserter(rows)
-    found = in_transaction(engine, rows, lambda c: first_failure(c, handler, messages(0, 1, TAKEN, 3, TAKEN, 5)))
+    found = in_transaction(engine, rows, lambda c: first_failure(SqlInboxDatabase(engine), c, handler, messages(0, 1, TAKEN, 3, TAKEN, 5)))
     assert found is not None and found[0] == 2
     assert stored(engine, rows) == [0, 1]
 
@@ -99,12 +100,12 @@ def test_the_first_of_two_failing_messages_is_found(engine, rows):
 def test_known_to_fail_starts_with_the_halves(engine, rows):
     handler = Inserter(rows)
     found = in_transaction(
-        engine, rows, lambda c: first_failure(c, handler, messages(0, 1, 2, TAKEN), known_to_fail=True)
+        engine, rows, lambda c: first_failure(SqlInboxDatabase(engine), c, handler, messages(0, 1, 2, TAKEN), known_to_fail=True)
     )
     assert found is not None and found[0] == 3
     assert handler.calls[0] == 2, "the whole list is not tried again"
     single = Inserter(rows)
-    found = in_transaction(engine, rows, lambda c: first_failure(c, single, messages(TAKEN), known_to_fail=True))
+    found = in_transaction(engine, rows, lambda c: first_failure(SqlInboxDatabase(engine), c, single, messages(TAKEN), known_to_fail=True))
     assert found is not None and found[0] == 0 and single.calls == [1]
 
 
@@ -118,13 +119,13 @@ def test_a_failure_that_does_not_come_back_applies_everything_once(engine, rows)
             failed.append(len(batch))
             raise RuntimeError("a passing failure")
 
-    assert in_transaction(engine, rows, lambda c: first_failure(c, flaky, messages(*range(8)))) is None
+    assert in_transaction(engine, rows, lambda c: first_failure(SqlInboxDatabase(engine), c, flaky, messages(*range(8)))) is None
     assert stored(engine, rows) == list(range(8)), "each message applied once: the failed attempt rolled back"
 
 
 def test_everything_rolls_back_with_the_transaction(engine, rows):
     handler = Inserter(rows)
-    found = in_transaction(engine, rows, lambda c: first_failure(c, handler, messages(0, 1, TAKEN, 3)), commit=False)
+    found = in_transaction(engine, rows, lambda c: first_failure(SqlInboxDatabase(engine), c, handler, messages(0, 1, TAKEN, 3)), commit=False)
     assert found is not None
     assert stored(engine, rows) == [], "savepoints released inside the transaction commit nothing by themselves"
 
@@ -136,10 +137,10 @@ def test_a_lost_connection_is_raised_not_located(engine, rows):
         raise lost
 
     with pytest.raises(DBAPIError):
-        in_transaction(engine, rows, lambda c: first_failure(c, handler, messages(0, 1)), commit=False)
+        in_transaction(engine, rows, lambda c: first_failure(SqlInboxDatabase(engine), c, handler, messages(0, 1)), commit=False)
 
 
 def test_an_empty_list_calls_nothing(engine, rows):
     handler = Inserter(rows)
-    assert in_transaction(engine, rows, lambda c: first_failure(c, handler, [])) is None
+    assert in_transaction(engine, rows, lambda c: first_failure(SqlInboxDatabase(engine), c, handler, [])) is None
     assert handler.calls == []

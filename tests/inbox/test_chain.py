@@ -34,9 +34,9 @@ from benchmarks.children import python_module
 from pyharvest import OutboxRecord, stasher
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.verify import verify_topic
-from tests.inbox.chain_handler import tables as chain_tables
-from tests.kafka_tools import create_topic
-from tests.test_failover import Reaper
+from tests.helpers.inbox.chain_handler import tables as chain_tables
+from tests.helpers.reapers import Reaper
+from tests.helpers.topics import create_topic
 
 CHAOS_SECONDS = float(os.environ.get("PYHARVEST_CHAIN_SECONDS", "15"))
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +55,7 @@ class InboxProcess:
                 "-f",
                 str(config),
                 "--handler",
-                "tests.inbox.chain_handler:apply",
+                "tests.helpers.inbox.chain_handler:apply",
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -71,12 +71,12 @@ def test_source_identity_and_delivery_id():
 
 
 def test_load_handler():
-    assert load_handler("tests.inbox.chain_handler:apply").__name__ == "apply"
+    assert load_handler("tests.helpers.inbox.chain_handler:apply").__name__ == "apply"
     for bad in (
         "nocolon",
         "no_such_module_xyz:f",
-        "tests.inbox.chain_handler:missing",
-        "tests.inbox.chain_handler:PREFIX",
+        "tests.helpers.inbox.chain_handler:missing",
+        "tests.helpers.inbox.chain_handler:PREFIX",
     ):
         with pytest.raises(ConfigError, match="--handler"):
             load_handler(bad)
@@ -94,7 +94,7 @@ def test_cli_prints_config_masked_and_refuses_bad_config(tmp_path, capsys):
     assert "groupID: billing" in out and "s3cret" not in out
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"inbox": {**BASE, "errorPolicy": "ignore"}}))
-    assert main(["-f", str(bad), "--handler", "tests.inbox.chain_handler:apply"]) == 2
+    assert main(["-f", str(bad), "--handler", "tests.helpers.inbox.chain_handler:apply"]) == 2
     assert "inbox.errorPolicy" in capsys.readouterr().err
 
 
@@ -117,11 +117,11 @@ def test_cli_takes_one_of_handler_and_batch_handler(tmp_path, capsys):
 
     cfg = tmp_path / "inbox.yaml"
     cfg.write_text(yaml.safe_dump({"inbox": BASE}))
-    both = ["--handler", "tests.inbox.chain_handler:apply", "--batch-handler", "tests.inbox.batch_handler:apply"]
+    both = ["--handler", "tests.helpers.inbox.chain_handler:apply", "--batch-handler", "tests.helpers.inbox.batch_handler:apply"]
     for args in ([], both):
         assert main(["-f", str(cfg), *args]) == 2
         assert "--batch-handler" in capsys.readouterr().err
-    assert main(["-f", str(cfg), "--batch-handler", "tests.inbox.batch_handler:nothing"]) == 2
+    assert main(["-f", str(cfg), "--batch-handler", "tests.helpers.inbox.batch_handler:nothing"]) == 2
     assert "--batch-handler" in capsys.readouterr().err, "the error names the option given"
 
 
@@ -140,8 +140,8 @@ def test_inbox_takes_one_of_handler_and_batch_handler():
 def test_build_message_is_the_constructor_without_its_cost():
     import dataclasses
 
-    from pyharvest.inbox import InboxMessage
     from pyharvest.core.inbox.message import build_message
+    from pyharvest.inbox import InboxMessage
 
     values = ("t", 3, 17, b"k", b"v", (("h", b"x"),), 1_700_000_000_000, ("o/outbox", 9), "d" * 32)
     built = build_message(*values)

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
+from pyharvest.bindings.sql.inbox.dedupe import Dedupe
+from pyharvest.bindings.sql.inbox.tables import InboxTables
 from pyharvest.inbox import InboxMessage
-from pyharvest.inbox.dedupe import Dedupe
-from pyharvest.inbox.tables import InboxTables
 from pyharvest.plugins.api import dialect_of
 
 
@@ -85,7 +85,7 @@ def test_postgresql_copies_identities_in_binary_with_the_tables_types(
     engine, tables = dedupe_engine
     dedupe = Dedupe(tables.dedupe, "g")
     with engine.connect() as conn:
-        writer = dedupe._insert.writer(conn)
+        writer = dedupe._store._insert.writer(conn)
         dialect = dialect_of(conn)
     assert dialect is not None
     if dialect.name != "postgresql" or engine.dialect.driver != "psycopg":

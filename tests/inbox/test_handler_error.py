@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pyharvest.inbox import HandlerError, InboxMessage
+from pyharvest.errors import HandlerError
+from pyharvest.inbox import InboxMessage
 
 
 def charge(amount: int) -> int:

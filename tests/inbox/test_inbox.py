@@ -9,10 +9,12 @@ import pytest
 import sqlalchemy as sa
 from confluent_kafka import Consumer, TopicPartition
 
-from pyharvest.inbox import HandlerError, Inbox, InboxMessage, InboxTables, delivery_id_for, request_replay
-from pyharvest.inbox.checkpoints import Checkpoints
-from tests.inbox.helpers import applied_table, identity, inbox_config, produce, recording_handler, rows, wait_for
-from tests.kafka_tools import create_topic
+from pyharvest.bindings.sql.inbox.checkpoints import Checkpoints
+from pyharvest.errors import HandlerError
+from pyharvest.inbox import Inbox, InboxMessage, InboxTables, delivery_id_for, request_replay
+from tests.helpers.inbox.tools import applied_table, identity, inbox_config, produce, recording_handler, rows
+from tests.helpers.topics import create_topic
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
@@ -62,9 +64,9 @@ def test_applies_each_message_once_and_drops_republished_copies(
     )
     config = inbox_config(kafka_config, database_url, topic, table_name)
     with Inbox(config, recording_handler(applied)) as inbox:
-        wait_for(lambda: (checkpoint(engine, table_name, config.group_id) or (None,))[0] == 6, 30, "offset 6 committed")
+        wait_until(lambda: (checkpoint(engine, table_name, config.group_id) or (None,))[0] == 6, 30, "offset 6 committed")
         # The counters move just after the database commit the checkpoint shows.
-        wait_for(lambda: inbox.stats.applied + inbox.stats.duplicates_dropped >= 6, 5, "the commit's counters")
+        wait_until(lambda: inbox.stats.applied + inbox.stats.duplicates_dropped >= 6, 5, "the commit's counters")
         stats = inbox.stats
     got = rows(engine, applied)
     assert [(o, k, v) for o, k, v, _ in got] == [
@@ -94,11 +96,11 @@ def test_restart_resumes_from_database_offsets_not_kafkas(
     config = inbox_config(kafka_config, database_url, topic, table_name)
     handler = recording_handler(applied)
     with Inbox(config, handler):
-        wait_for(lambda: len(rows(engine, applied)) == 5, 30, "5 applied")
+        wait_until(lambda: len(rows(engine, applied)) == 5, 30, "5 applied")
     assert checkpoint(engine, table_name, config.group_id)[0] == 5
     produce(kafka_bootstrap, topic, [("k", str(i).encode(), []) for i in range(5, 8)])
     with Inbox(config, handler):
-        wait_for(lambda: len(rows(engine, applied)) == 8, 30, "8 applied")
+        wait_until(lambda: len(rows(engine, applied)) == 8, 30, "8 applied")
     assert [r[0] for r in rows(engine, applied)] == list(range(8)), "each offset exactly once across the restart"
     # Kafka's committed offset (monitoring) says 8; the database is made to say 6: the next
     # consumer must follow the database.
@@ -112,7 +114,7 @@ def test_restart_resumes_from_database_offsets_not_kafkas(
     with engine.begin() as c:
         c.execute(sa.update(cp).where(cp.c.group_id == config.group_id).values(next_offset=6))
     with Inbox(config, handler):
-        wait_for(lambda: len(rows(engine, applied)) == 10, 30, "offsets 6 and 7 again")
+        wait_until(lambda: len(rows(engine, applied)) == 10, 30, "offsets 6 and 7 again")
     assert [r[0] for r in rows(engine, applied)] == [*range(8), 6, 7]
 
 
@@ -140,7 +142,7 @@ def test_fence_rejects_a_zombie_commit(kafka_config, kafka_bootstrap, database_u
             claims = Checkpoints(inbox.tables.checkpoint, config.group_id, "usurper").claim(c, [(topic, 0)])
         assert claims[(topic, 0)].fence == fence_before + 1
         release.set()
-        wait_for(lambda: inbox.stats.fence_rejections >= 1, 30, "the zombie's commit to be refused")
+        wait_until(lambda: inbox.stats.fence_rejections >= 1, 30, "the zombie's commit to be refused")
         assert (topic, 0) not in inbox.stats.assigned
     finally:
         release.set()
@@ -190,7 +192,7 @@ def test_handler_error_with_stop_rolls_back_and_surfaces(
     assert rows(engine, applied) == [], "nothing of the failing transaction commits"
     assert (checkpoint(engine, table_name, config.group_id) or (None,))[0] in (None, 0)
     with Inbox(config, record):
-        wait_for(lambda: len(rows(engine, applied)) == 3, 30, "all three after the fix")
+        wait_until(lambda: len(rows(engine, applied)) == 3, 30, "all three after the fix")
     assert [r[0] for r in rows(engine, applied)] == [0, 1, 2]
 
 
@@ -229,7 +231,7 @@ def test_dead_letter_parks_the_key_and_replays_in_order(
             ]
 
     with Inbox(config, handler) as inbox:
-        wait_for(lambda: (checkpoint(engine, table_name, config.group_id) or (None,))[0] == 6, 30, "all consumed")
+        wait_until(lambda: (checkpoint(engine, table_name, config.group_id) or (None,))[0] == 6, 30, "all consumed")
         assert [(k, v) for _, k, v, _ in rows(engine, applied)] == [("k1", "ok1"), ("k2", "ok3"), ("k2", "ok4")]
         assert [(s, bytes(v), o) for s, v, o in stored()] == [
             ("dead", b"bad", 1),
@@ -238,7 +240,7 @@ def test_dead_letter_parks_the_key_and_replays_in_order(
         ]
         with engine.connect() as c:
             assert "bad payload" in c.execute(sa.select(dl.c.error).where(dl.c.status == "dead")).scalar_one()
-        wait_for(lambda: inbox.stats.dead_lettered + inbox.stats.parked >= 3, 5, "the commit's counters")
+        wait_until(lambda: inbox.stats.dead_lettered + inbox.stats.parked >= 3, 5, "the commit's counters")
         stats = inbox.stats
         assert (stats.dead_lettered, stats.parked) == (1, 2)
         # The operator fixes the handler and asks for a replay; the owner applies k1's stored
@@ -246,9 +248,9 @@ def test_dead_letter_parks_the_key_and_replays_in_order(
         BROKEN["fixed"] = True
         with engine.begin() as c:
             assert request_replay(c, dl, config.group_id, key=b"k1") == 3
-        wait_for(lambda: stored() == [], 30, "the replay")
+        wait_until(lambda: stored() == [], 30, "the replay")
         produce(kafka_bootstrap, topic, [("k1", b"ok5", identity("g/o", 6))])
-        wait_for(lambda: len(rows(engine, applied)) == 6, 30, "k1 flowing again")
+        wait_until(lambda: len(rows(engine, applied)) == 6, 30, "k1 flowing again")
     BROKEN["fixed"] = False
     assert [(k, v) for _, k, v, _ in rows(engine, applied)] == [
         ("k1", "ok1"),

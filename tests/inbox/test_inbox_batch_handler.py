@@ -18,14 +18,15 @@ import yaml
 
 from benchmarks.children import python_module
 from pyharvest.inbox import Inbox, InboxMessage, InboxTables, request_replay
-from tests.inbox.batch_handler import log_table
-from tests.inbox.helpers import identity, inbox_config, produce, wait_for
-from tests.kafka_tools import create_topic
+from tests.helpers.inbox.batch_handler import log_table
+from tests.helpers.inbox.tools import identity, inbox_config, produce
+from tests.helpers.topics import create_topic
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 
 ROOT = Path(__file__).resolve().parents[2]
-HANDLER = ["--batch-handler", "tests.inbox.batch_handler:apply"]
+HANDLER = ["--batch-handler", "tests.helpers.inbox.batch_handler:apply"]
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ def checkpoints(engine: sa.Engine, prefix: str, group: str) -> dict[int, int | N
 
 
 class InboxProcess:
-    """``reaper inbox --batch-handler tests.inbox.batch_handler:apply``."""
+    """``reaper inbox --batch-handler tests.helpers.inbox.batch_handler:apply``."""
 
     def __init__(self, config: Path, log_path: Path, env: dict[str, str]) -> None:
         self.log_path = log_path
@@ -132,7 +133,7 @@ def test_each_message_applied_once_through_a_kill_inside_a_transaction(
         config, tmp_path / "first.log", {**env, "BATCH_STALL_FILE": str(stall), "BATCH_STALL_AFTER": "5"}
     )
     try:
-        wait_for(lambda: stall.exists() or first.proc.poll() is not None, 60, "the fifth transaction")
+        wait_until(lambda: stall.exists() or first.proc.poll() is not None, 60, "the fifth transaction")
         assert first.proc.poll() is None, first.log()
         first.stop(signal.SIGKILL)  # inside the fifth transaction: its rows written, not committed
     finally:
@@ -159,7 +160,7 @@ def test_each_message_applied_once_through_a_kill_inside_a_transaction(
     second = InboxProcess(config, tmp_path / "second.log", env)
     try:
         total = {p: len(expected[p]) for p in (0, 1)}
-        wait_for(lambda: checkpoints(engine, table_name, group) == total or second.proc.poll() is not None, 90, "all")
+        wait_until(lambda: checkpoints(engine, table_name, group) == total or second.proc.poll() is not None, 90, "all")
         assert second.proc.poll() is None, second.log()
     finally:
         assert second.stop() == 0, second.log()
@@ -216,8 +217,8 @@ def test_a_failing_message_parks_only_its_key_and_replays_through_the_batch_hand
             )
 
     with Inbox(config, batch_handler=apply_all) as inbox:
-        wait_for(lambda: checkpoints(engine, table_name, config.group_id).get(0) == 30, 60, "all 30 consumed")
-        wait_for(lambda: inbox.stats.dead_lettered + inbox.stats.parked >= 8, 5, "the commit's counters")
+        wait_until(lambda: checkpoints(engine, table_name, config.group_id).get(0) == 30, 60, "all 30 consumed")
+        wait_until(lambda: inbox.stats.dead_lettered + inbox.stats.parked >= 8, 5, "the commit's counters")
         assert stored() == [("dead", 7)] + [("parked", o) for o in range(10, 30, 3)], "only key b parks"
         with engine.connect() as c:
             assert "e7" in c.execute(sa.select(dl.c.error).where(dl.c.status == "dead")).scalar_one()
@@ -231,10 +232,10 @@ def test_a_failing_message_parks_only_its_key_and_replays_through_the_batch_hand
             c.execute(sa.delete(events).where(events.c.event_id == "e7"))
             calls.clear()
             assert request_replay(c, dl, config.group_id, key=b"b") == 8
-        wait_for(lambda: stored() == [], 30, "the replay")
+        wait_until(lambda: stored() == [], 30, "the replay")
         assert calls == [8]
         produce(kafka_bootstrap, topic_name, [("b", b"e30", identity("o", 31))])
-        wait_for(lambda: len(applied()) == 31, 30, "key b flowing again")
+        wait_until(lambda: len(applied()) == 31, 30, "key b flowing again")
     assert applied() == sorted([(keys[o % 3], o) for o in range(30)] + [("b", 30)])
 
 
@@ -266,7 +267,7 @@ def test_the_docs_batch_handler_example_runs_as_written(tmp_path, kafka_bootstra
             return (0, 0)  # not created yet
 
     try:
-        wait_for(lambda: total()[0] >= 40 or proc.poll() is not None, 60, "the example to apply 40 payments")
+        wait_until(lambda: total()[0] >= 40 or proc.poll() is not None, 60, "the example to apply 40 payments")
         assert proc.poll() is None, log_path.read_text()[-3000:]
         assert total() == (40, sum(range(40))), "each payment once; the copy dropped"
     finally:

@@ -11,8 +11,9 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaExcep
 
 from pyharvest.bindings.kafka.inbox_consumer import ConfluentInboxConsumer, inbox_consumer_config
 from pyharvest.bindings.kafka.logs import librdkafka_logger
-from pyharvest.inbox import InboxError, InboxMessage, delivery_id_for
-from tests.inbox.fakes import GROUP, TOPIC, FakeConfluentConsumer, kafka_error, kafka_message
+from pyharvest.errors import InboxError
+from pyharvest.inbox import InboxMessage, delivery_id_for
+from tests.helpers.inbox.fakes import GROUP, TOPIC, FakeConfluentConsumer, kafka_error, kafka_message
 
 
 class Listener:

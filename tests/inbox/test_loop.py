@@ -10,9 +10,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
-from pyharvest.inbox import HandlerError, Inbox, InboxConfig, InboxLimits
-from tests.inbox.fakes import GROUP, TOPIC, FakeConfluentConsumer, Stores, kafka_message, message, wire
-from tests.inbox.helpers import wait_for
+from pyharvest.errors import HandlerError
+from pyharvest.inbox import Inbox, InboxConfig, InboxLimits
+from tests.helpers.inbox.fakes import GROUP, TOPIC, FakeConfluentConsumer, Stores, kafka_message, message, wire
+from tests.helpers.waiting import wait_until
 
 
 @pytest.fixture
@@ -24,7 +25,7 @@ def stores(tmp_path) -> Stores:
 
 def test_a_batch_gathers_until_full_then_commits(stores):
     parts = wire(stores, max_batch=3, max_duration=60.0)
-    c = parts.consumer
+    c = parts.ports.consumer
     c.rebalance("assign", [(TOPIC, 0)])
     c.deliver(message(0), message(1))
     parts.loop.step()
@@ -40,8 +41,8 @@ def test_a_batch_gathers_until_full_then_commits(stores):
 
 def test_a_batch_commits_once_its_duration_is_up(stores):
     parts = wire(stores, max_batch=1000, max_duration=0.0)
-    parts.consumer.rebalance("assign", [(TOPIC, 0)])
-    parts.consumer.deliver(message(0))
+    parts.ports.consumer.rebalance("assign", [(TOPIC, 0)])
+    parts.ports.consumer.deliver(message(0))
     parts.loop.step()
     assert parts.batches.open is None and stores.checkpoint()[0] == 1
 
@@ -56,8 +57,8 @@ def test_a_database_error_is_recovered_from_on_the_next_steps(stores):
         stores.record(tx, m)
 
     parts = wire(stores, handler, max_batch=2)
-    parts.consumer.rebalance("assign", [(TOPIC, 0)])
-    parts.consumer.deliver(message(0), message(1))
+    parts.ports.consumer.rebalance("assign", [(TOPIC, 0)])
+    parts.ports.consumer.deliver(message(0), message(1))
     parts.loop.step()
     assert parts.counters.snapshot(()).database_errors == 1
     assert [m.offset for m in parts.batches.redo] == [0, 1]
@@ -100,13 +101,13 @@ def test_the_inbox_runs_the_parts_without_a_broker(tmp_path, stores):
     SlowFake.instances.clear()
     inbox = Inbox(config(tmp_path), stores.record, engine=stores.engine, consumer_factory=SlowFake)
     with inbox:
-        wait_for(lambda: SlowFake.instances, 10, "the consumer")
+        wait_until(lambda: SlowFake.instances, 10, "the consumer")
         fake = SlowFake.instances[0]
         assert fake.conf["group.id"] == GROUP and fake.topics == [TOPIC]
         fake.rebalance("assign", [(TOPIC, 0)])
-        wait_for(lambda: inbox.stats.assigned == ((TOPIC, 0),), 10, "the assignment")
+        wait_until(lambda: inbox.stats.assigned == ((TOPIC, 0),), 10, "the assignment")
         fake.deliver(*(kafka_message(0, i, value=str(i).encode(), source=("o", i)) for i in range(5)))
-        wait_for(lambda: inbox.stats.applied == 5, 10, "five applied")
+        wait_until(lambda: inbox.stats.applied == 5, 10, "five applied")
         assert inbox.running
     assert not inbox.running and inbox.stats.assigned == ()
     assert fake.closed
@@ -122,7 +123,7 @@ def test_the_inbox_reports_what_stopped_it_through_join(tmp_path, stores):
 
     SlowFake.instances.clear()
     inbox = Inbox(config(tmp_path), failing, engine=stores.engine, consumer_factory=SlowFake).start()
-    wait_for(lambda: SlowFake.instances, 10, "the consumer")
+    wait_until(lambda: SlowFake.instances, 10, "the consumer")
     SlowFake.instances[0].rebalance("assign", [(TOPIC, 0)])
     SlowFake.instances[0].deliver(kafka_message(0, 0))
     with pytest.raises(HandlerError, match="ValueError: no"):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from pyharvest.inbox.recovery import connection_lost
-from tests.inbox.fakes import TOPIC, Stores, message, wire
+from pyharvest.bindings.sql.inbox.database import SqlInboxDatabase
+from tests.helpers.inbox.fakes import TOPIC, Stores, message, wire
 
 OUTAGE = OperationalError("SELECT 1", {}, Exception("server closed the connection"))
 
@@ -20,11 +20,12 @@ def stores(tmp_path) -> Stores:
 
 
 def owning(parts, *partitions: int):
-    parts.consumer.rebalance("assign", [(TOPIC, p) for p in partitions])
-    parts.consumer.poll(1, 0)
+    parts.ports.consumer.rebalance("assign", [(TOPIC, p) for p in partitions])
+    parts.ports.consumer.poll(1, 0)
 
 
 def test_connection_lost_is_only_an_invalidated_connection():
+    connection_lost = SqlInboxDatabase(None).connection_lost  # type: ignore[arg-type]
     assert connection_lost(DBAPIError("x", {}, Exception("gone"), connection_invalidated=True))
     assert not connection_lost(OUTAGE)
     assert not connection_lost(ValueError("handler bug"))
@@ -56,7 +57,7 @@ def test_a_partition_taken_over_during_the_outage_is_dropped(stores):
     parts.batches.apply([message(0, partition=0), message(0, partition=1)])
     parts.recovery.after_database_error(OUTAGE)
     assert list(parts.partitions.owned) == [(TOPIC, 1)]
-    assert parts.consumer.paused == [(TOPIC, 0)]
+    assert parts.ports.consumer.paused == [(TOPIC, 0)]
     assert [(m.partition, m.offset) for m in parts.batches.redo] == [(1, 0)]
 
 
@@ -92,8 +93,8 @@ def test_revocation_commits_the_open_work_under_the_fence_still_ours(stores):
     owning(parts, 0)
     parts.batches.apply([message(0)])
     parts.batches.redo = [message(1)]
-    parts.consumer.rebalance("revoke", [(TOPIC, 0)])
-    parts.consumer.poll(1, 0)
+    parts.ports.consumer.rebalance("revoke", [(TOPIC, 0)])
+    parts.ports.consumer.poll(1, 0)
     assert stores.applied_offsets() == [0, 1] and stores.checkpoint()[0] == 2
     assert parts.partitions.owned == {}
 

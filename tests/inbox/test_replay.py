@@ -6,7 +6,7 @@ import pytest
 import sqlalchemy as sa
 
 from pyharvest.inbox import request_replay
-from tests.inbox.fakes import GROUP, TOPIC, Stores, message, wire
+from tests.helpers.inbox.fakes import GROUP, TOPIC, Stores, message, wire
 
 
 @pytest.fixture
@@ -30,8 +30,8 @@ def dead_lettered(stores: Stores, broken: dict[bytes, bool]):
         stores.record(tx, m)
 
     parts = wire(stores, handler, error_policy="dead-letter")
-    parts.consumer.rebalance("assign", [(TOPIC, 0)])
-    parts.consumer.poll(1, 0)
+    parts.ports.consumer.rebalance("assign", [(TOPIC, 0)])
+    parts.ports.consumer.poll(1, 0)
     parts.batches.apply(
         [message(0, "a", source=("o", 1)), message(1, "a", b"bad", ("o", 2)), message(2, "b"), message(3, "a", b"ok")]
     )
@@ -84,7 +84,7 @@ def test_a_replay_under_a_moved_fence_drops_the_partition(stores, broken):
     ask(stores, b"a")
     stores.usurp()
     parts.replayer.maybe_replay()
-    assert parts.partitions.owned == {} and parts.consumer.paused == [(TOPIC, 0)]
+    assert parts.partitions.owned == {} and parts.ports.consumer.paused == [(TOPIC, 0)]
     assert stores.stored() == [("dead", 1), ("parked", 3)], "the new owner replays them"
 
 
@@ -99,8 +99,8 @@ def batch_dead_lettered(stores: Stores, broken: dict[bytes, bool], calls: list[l
             raise RuntimeError("bad payload")
 
     parts = wire(stores, batch_handler=handler, error_policy="dead-letter")
-    parts.consumer.rebalance("assign", [(TOPIC, 0)])
-    parts.consumer.poll(1, 0)
+    parts.ports.consumer.rebalance("assign", [(TOPIC, 0)])
+    parts.ports.consumer.poll(1, 0)
     parts.batches.apply(
         [
             message(0, "a", source=("o", 1)),

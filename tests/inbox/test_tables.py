@@ -6,7 +6,7 @@ import threading
 
 import sqlalchemy as sa
 
-from pyharvest.inbox.tables import InboxTables
+from pyharvest.bindings.sql.inbox.tables import InboxTables
 
 
 def test_concurrent_creation_of_the_tables_succeeds(database_url, table_name):

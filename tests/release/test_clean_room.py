@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tests.release.conftest import Dist, Venv
+from tests.helpers.release import Dist, Venv
 
 HERE = Path(__file__).parent
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import email.parser
 import re
 import sys
 import tarfile
@@ -10,7 +9,7 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-from tests.release.conftest import LAYOUT, ROOT, Dist, run
+from tests.helpers.release import LAYOUT, ROOT, Dist, run, wheel_metadata
 
 
 def source_packages() -> dict[str, str]:
@@ -24,11 +23,6 @@ def source_packages() -> dict[str, str]:
             found[path.replace("/", ".")] = f"{path}/__init__.py"
     return found
 
-
-def wheel_metadata(dist: Dist) -> email.message.Message:
-    with zipfile.ZipFile(dist.wheel) as whl:
-        name = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))
-        return email.parser.Parser().parsestr(whl.read(name).decode())
 
 
 def test_the_build_prints_no_warning(dist: Dist) -> None:

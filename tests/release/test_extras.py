@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.release.conftest import Dist, Venv
+from tests.helpers.release import Dist, Venv, wheel_metadata
 
 # What each extra promises, as a user would first touch it. create_engine loads the driver
 # (its DBAPI module) without connecting.
@@ -37,7 +37,6 @@ def test_the_extra_installs_alone_and_imports(extra: str, dist: Dist, tmp_path: 
 
 
 def test_every_extra_for_users_is_checked(dist: Dist) -> None:
-    from tests.release.test_distributions import wheel_metadata
 
     for_developers = {"test", "docs", "lint"}
     assert set(wheel_metadata(dist).get_all("Provides-Extra")) - for_developers == set(EXTRAS) - {""}

@@ -9,7 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 import pyharvest
-from pyharvest import Config, Event, Harvest, OutboxRecord, stasher
+from pyharvest import Config, Harvest, OutboxRecord, stasher
+from pyharvest.events import Event
 
 
 def debit(engine: sa.Engine, account: int, amount: int) -> None:

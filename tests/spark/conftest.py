@@ -9,7 +9,6 @@ fresh machine), so that the streaming tests run on ``format("kafka")`` as users 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -19,36 +18,10 @@ pytest.importorskip("pyarrow", reason="the Spark suite needs pyarrow: pip instal
 
 import pyspark  # noqa: E402
 
+from tests.helpers.spark import SPARK_ENV, spark_builder  # noqa: E402
+
 if int(pyspark.__version__.split(".")[0]) < 4:
     pytest.skip(f"the Spark suite needs PySpark 4 (found {pyspark.__version__})", allow_module_level=True)
-
-# Spark's Python workers run outside the checkout (tox runs the suite from a directory of its
-# own, on the installed wheel), where `tests` cannot be imported: the functions the tests hand
-# to Spark travel by value, as a script's own functions do, and pyharvest's by reference.
-from pyspark import cloudpickle  # noqa: E402
-
-import tests  # noqa: E402
-
-cloudpickle.register_pickle_by_value(tests)
-
-SPARK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-
-
-def spark_builder(app: str):  # noqa: ANN201 - pyspark's builder type
-    from pyspark.sql import SparkSession
-
-    from pyharvest.bindings.spark import kafka_package
-
-    return (
-        SparkSession.builder.master("local[2,4]")
-        .appName(app)
-        .config("spark.driver.memory", "768m")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.jars.packages", kafka_package())
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-    )
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from pyharvest.bindings.spark.exactly_once import IDENTITY_COLUMN, insert_rows
 from pyharvest.bindings.spark.outbox_writer import OutboxDataSource
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.errors import ConfigError
-from pyharvest.core.shards import key_hash
+from pyharvest.core.outbox.keys import key_hash
 
 pytestmark = pytest.mark.spark
 

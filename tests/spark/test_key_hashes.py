@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from pyharvest.bindings.spark.key_hashes import key_hashes
-from pyharvest.core.shards import key_hash
+from pyharvest.core.outbox.keys import key_hash
 
 pytestmark = pytest.mark.spark
 

@@ -14,9 +14,9 @@ from pyspark.sql.types import StringType, StructField, StructType
 from pyharvest.bindings.spark import StagedPartition, register
 from pyharvest.bindings.spark.outbox_writer import OutboxDataSource
 from pyharvest.bindings.sql import create_outbox_table
-from pyharvest.core.records import OutboxRecord
-from pyharvest.core.shards import key_hash
-from tests.fixtures.databases import server_url, unique_table
+from pyharvest.core.outbox.keys import key_hash
+from pyharvest.core.outbox.records import OutboxRecord
+from tests.helpers.fixtures.databases import server_url, unique_table
 
 pytestmark = pytest.mark.spark
 

@@ -26,10 +26,10 @@ from pyharvest.bindings.spark.kafka_source import KAFKA_SCHEMA
 from pyharvest.bindings.spark.partition_apply import AppliedPartition, PartitionApply
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.errors import ConfigError
-from tests.fixtures.databases import server_url, unique_table
-from tests.kafka_tools import create_topic, read_topic
-from tests.spark.sources import SOURCES, kafka_stream
-from tests.waiting import wait_until
+from tests.helpers.fixtures.databases import server_url, unique_table
+from tests.helpers.spark import SOURCES, kafka_stream
+from tests.helpers.topics import create_topic, read_topic
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -81,7 +81,7 @@ def _produce(bootstrap: str, topic: str, n: int, republish_every: int) -> int:
 
 def _driver(args: list[str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [*python_module("tests.spark.stream_driver"), *args],
+        [*python_module("tests.helpers.spark_stream_driver"), *args],
         cwd=tempfile.gettempdir(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )
 

@@ -13,17 +13,14 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from pyharvest.plugins.api import OutboxTable, hookimpl
+from pyharvest.plugins.api import DialectOptions, OutboxTable, hookimpl
 
 
 @hookimpl
-def pyharvest_dialect_name() -> str:
-    return "litesql"
-
-
-@hookimpl
-def pyharvest_url_backends() -> Sequence[str]:
-    return ()  # never chosen from a URL: select it by name
+def pyharvest_dialect() -> DialectOptions:
+    # No url_backends: never chosen from a URL, select it by name. No mark options: the
+    # generic transactional mark applies.
+    return DialectOptions(name="litesql", url_backends=())
 
 
 @hookimpl
@@ -58,5 +55,3 @@ def pyharvest_outbox_ddl(table: OutboxTable) -> Sequence[str] | None:
 )"""
     ]
 
-
-# No pyharvest_mark_strategy: the generic transactional mark applies.

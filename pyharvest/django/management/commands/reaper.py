@@ -23,9 +23,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS
 
-from pyharvest.core.config import ReaperConfig, read_yaml_file
+from pyharvest.core.config.settings import ReaperConfig, read_yaml_file
 from pyharvest.core.errors import ConfigError, HarvestError
-from pyharvest.core.kafka import TopicError
+from pyharvest.core.ports.kafka import TopicError
 
 
 def reaper_config(file: str | None = None, using: str = DEFAULT_DB_ALIAS) -> ReaperConfig:

@@ -1,0 +1,96 @@
+"""When the main loop marks next: adaptive polling while the outbox is empty, and push wake-ups.
+
+A mark that finds nothing still costs the database a transaction. Polling every
+``markBackoff`` (10 ms) made an idle leader cost about 100 transactions a second; so once
+marks have found nothing for :data:`IDLE_AFTER` the pause doubles with each empty mark, from
+``markBackoff`` up to ``maxMarkBackoff`` (1 s by default), and the first mark that returns
+rows brings it back. The grace period keeps a busy outbox marked exactly as before: writers
+commit in bursts, and the short gaps between them must not stretch the pause.
+
+Where the binding can hear that rows were added (PostgreSQL's ``LISTEN``, see
+:class:`~pyharvest.core.ports.database.ChangeFeed`), a notification makes the next mark due at once,
+so a lone record is not kept waiting for the pause to end. Polling stays as the safety net: a
+lost notification costs at most one ``maxMarkBackoff``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+__all__ = ["IDLE_AFTER", "IdleBackoff", "Wakeup"]
+
+#: Marks must have found nothing for this long before the pause grows past ``markBackoff``.
+IDLE_AFTER = 0.1
+
+
+class IdleBackoff:
+    """The pause before the next mark; the main loop's thread alone calls it."""
+
+    def __init__(
+        self, first: float, bound: float, clock: Callable[[], float] = time.monotonic, idle_after: float = IDLE_AFTER
+    ) -> None:
+        self.first = first
+        self.bound = max(first, bound)
+        self.idle_after = idle_after
+        self._clock = clock
+        self._pause = 0.0
+        self._empty_since: float | None = None
+        self._due = clock()
+
+    @property
+    def pause(self) -> float:
+        """The pause after the last mark (0 after one that found rows)."""
+        return self._pause
+
+    def found_rows(self) -> None:
+        """A mark returned rows: the next may follow at once, and empty ones after it wait
+        ``first`` again."""
+        self._pause = 0.0
+        self._empty_since = None
+        self._due = self._clock()
+
+    def found_nothing(self) -> None:
+        """A mark returned nothing: wait ``first``; once marks have found nothing for
+        ``idle_after``, twice as long after each further empty mark, up to ``bound``."""
+        now = self._clock()
+        if self._empty_since is None:
+            self._empty_since = now
+        if now - self._empty_since < self.idle_after or self._pause <= 0:
+            self._pause = self.first
+        else:
+            self._pause = min(self.bound, self._pause * 2)
+        self._due = now + self._pause
+
+    def wake(self) -> None:
+        """Rows may have been added: mark now. The pause keeps growing if the mark finds
+        nothing (a notification for rows another mark already took)."""
+        self._due = self._clock()
+
+    def due_in(self) -> float:
+        """Seconds until the next mark is due; 0 or less when it is."""
+        return self._due - self._clock()
+
+
+class Wakeup:
+    """Wakes the main loop from other threads: a notification that rows were added, or a stop.
+
+    A wake-up that comes while the loop marks is kept, and ends its next wait at once: the
+    mark may have run before those rows were committed."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout``; True if woken (and clear it)."""
+        woken = self._event.wait(timeout) if timeout > 0 else self._event.is_set()
+        if woken:
+            self._event.clear()
+        return woken
+
+    def clear(self) -> None:
+        self._event.clear()
