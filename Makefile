@@ -1,7 +1,8 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   run the harvester on the embedded default (SQLite + the embedded broker)
-#   make test   start PostgreSQL, MariaDB and Apache Kafka, then run lint, docs and the test
-#               matrix (tox; environments chosen by .ci/envs) against them
+#   make test   start PostgreSQL, MariaDB and Apache Kafka, install Prometheus and Chromium
+#               (.ci/tools), then run lint, docs and the test matrix (tox; environments chosen
+#               by .ci/envs) against them
 #
 #   make kafka        Apache Kafka 4.x (KRaft, one JVM) on 127.0.0.1:$(KAFKA_PORT); no-op if it runs
 #   make kafka-stop   stop it (its data stays)
@@ -65,6 +66,7 @@ kafka-secure-clean:
 
 test: $(STAMP)
 	bash .ci/services
+	bash .ci/tools
 	@if [ -z "$$PYHARVEST_TEST_KAFKA" ]; then bash .ci/kafka/kafka start; fi
 	@if [ -z "$$PYHARVEST_TEST_SECURE_KAFKA" ]; then bash .ci/kafka/secure start; fi
 	rm -rf .tox/junit

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from pyharvest._commands.exits import EXIT_OK, EXIT_USAGE, error_exit
@@ -46,18 +43,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         # Checked here, not by argparse: an unknown flag ('reaper --frobnicate') is named first.
         return error_exit("the following arguments are required: -f/--file (e.g. reaper -f reaper.yaml)", EXIT_USAGE)
     try:
-        # reaper.yaml, then PYHARVEST_<SECTION>__<KEY> overrides
-        return run_harvest(load_reaper_config(args.file), print_config=args.print_config)
+        # reaper.yaml, then PYHARVEST_<SECTION>__<KEY> overrides, then the flags
+        cfg = load_reaper_config(args.file)
+        if args.shards is not None:
+            cfg.harvest.shards = args.shards
+        return run_harvest(cfg, print_config=args.print_config, config_file=args.file)
     except TableNotFoundError as e:
         # The command that creates it from the same file runs as printed, password and all.
         raise e.with_command(f"`reaper init-db -f {shlex.quote(args.file)}`") from None
 
 
-def run_harvest(cfg: ReaperConfig, *, print_config: bool = False) -> int:
+def run_harvest(cfg: ReaperConfig, *, print_config: bool = False, config_file: str | None = None) -> int:
     """Run the harvester of ``cfg`` until SIGINT or SIGTERM, as ``reaper -f`` does: logging
-    set up from its ``logging:`` section, ``/metrics`` and probes from ``metrics:``, a graceful
-    stop on the first signal. ``print_config`` prints the effective configuration (secrets
-    masked) instead. Shared by ``reaper`` and Django's ``manage.py reaper``."""
+    set up from its ``logging:`` section, the status page, ``/metrics`` and probes from
+    ``metrics:``, a graceful stop on the first signal. ``print_config`` prints the effective
+    configuration (secrets masked) instead; ``config_file``, the file it came from, is what the
+    status page's ``reaper quarantine`` commands name. Shared by ``reaper`` and Django's
+    ``manage.py reaper``."""
+    import shlex
+
     from pyharvest._harvest import Harvest
     from pyharvest.bindings.ops import start_ops_server
     from pyharvest.bindings.ops.config import OpsConfig
@@ -75,8 +79,13 @@ def run_harvest(cfg: ReaperConfig, *, print_config: bool = False) -> int:
     if print_config:
         import yaml
 
+        from pyharvest.bindings.sql.connect import resolve
+
+        harvest_printed = harvest_cfg.to_mapping(mask_secrets=True)
+        if harvest_printed.get("binding") is None:  # the effective one: the dialect the data source chose
+            harvest_printed["binding"] = resolve(harvest_cfg.data_source, None)[1].name
         printed: dict[str, object] = {
-            "harvest": harvest_cfg.to_mapping(mask_secrets=True),
+            "harvest": harvest_printed,
             "logging": {"level": cfg.logging.level, "json": cfg.logging.json},
         }
         if ops_cfg is not None:
@@ -86,27 +95,14 @@ def run_harvest(cfg: ReaperConfig, *, print_config: bool = False) -> int:
     for override in env_overrides():
         log.info("%s set from %s: %r", override.key, override.variable, override.masked_value())
     harvest = Harvest(harvest_cfg)
-    stop_requested = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        if stop_requested.is_set():
-            log.warning("second %s: still stopping, waiting for in-flight records", signal.Signals(signum).name)
-            return
-        stop_requested.set()
-        log.info("%s received: stopping", signal.Signals(signum).name)
-        harvest.stop()
-
     # Before start(): probes answer while the harvester connects (not ready until it runs).
-    ops = start_ops_server(harvest, ops_cfg)
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    ops = start_ops_server(
+        harvest, ops_cfg, command_target=f"-f {shlex.quote(config_file)}" if config_file else None
+    )
     try:
         log.info("reaper starting with %s", harvest_cfg)
-        harvest.start()
-        while not harvest.join(0.5):
-            pass
+        harvest.run()  # a graceful stop on the first SIGINT or SIGTERM
     finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
         if ops is not None:
             ops.stop()
     return EXIT_OK
@@ -215,6 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("-f", "--file", help="configuration file (goharvest's reaper.yaml format); required")
     run.add_argument("--print-config", action="store_true", help="print the effective config (secrets masked) and exit")
+    run.add_argument(
+        "--shards", type=_positive, default=None,
+        help="harvest in this many shards (overrides harvest.shards; the table and the leader topic must be made "
+        "for it: reaper init-db --shards N)",
+    )
     run.set_defaults(func=cmd_run)
 
     init = sub.add_parser(

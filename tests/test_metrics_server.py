@@ -63,6 +63,10 @@ def test_counters_move_during_a_harvest_and_gauges_follow_in_flight_records():
             "pyharvest_purge_duration_seconds_count"
         ]
         assert h.metrics.mark_seconds == [] and h.metrics.purge_seconds == []
+        # Publish latency: one observation per acknowledged record, create_time to the ack.
+        assert after["pyharvest_publish_latency_seconds_count"] == 300
+        assert 0 < after["pyharvest_publish_latency_seconds_sum"] < 300 * 60
+        assert after['pyharvest_publish_latency_seconds_bucket{le="600.0"}'] == 300
         # Counts do not go backwards on a later scrape (the histograms keep what they drained).
         again = scrape(ops)
         assert again["pyharvest_purge_duration_seconds_count"] == after["pyharvest_purge_duration_seconds_count"]
@@ -402,3 +406,4 @@ def test_the_kubernetes_example_is_consistent():
     assert reaper["readinessProbe"]["httpGet"]["path"] == "/readyz"
     grace = by_kind["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace > cfg.harvest.resolve().limits.shutdown_timeout
+

@@ -50,7 +50,7 @@ def test_no_page_shows_a_record_value_or_a_secret():
     with engine, start_ops_server(engine, {**LOCAL, "backlogInterval": "10ms"}) as ops:
         wait_until(lambda: len(db) == 0)
         wait_until(lambda: probe(ops, "/readyz")[0] == 503, what="the failing ping to show")
-        pages = [get(ops.url + path)[1] for path in ("/", "/metrics", "/healthz", "/readyz", "/livez", "/nowhere")]
+        pages = [get(ops.url + path)[1] for path in ("/", "/metrics", "/healthz", "/readyz", "/livez", "/nowhere", "/status")]
     assert "could not connect to postgresql://app:***@db" in pages[3]
     assert 'pyharvest_delivery_errors_total{code="MSG_SIZE_TOO_LARGE"}' in pages[1]
     for page in pages:

@@ -98,7 +98,7 @@ def test_no_secret_in_logs_config_acls_ops_pages_or_errors(
                 wait_until(lambda: c.execute(sa.text(f"SELECT COUNT(*) FROM {table}")).scalar_one() == 0, 120,
                            "the outbox to drain")
             pages = []
-            for page in ("/", "/metrics", "/healthz", "/readyz", "/nowhere"):
+            for page in ("/", "/metrics", "/healthz", "/readyz", "/nowhere", "/status"):
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{port()}{page}", timeout=10) as answer:  # noqa: S310
                         pages.append(answer.read().decode())

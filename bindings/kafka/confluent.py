@@ -74,6 +74,24 @@ def delivery_error(err: KafkaError) -> DeliveryError:
     )
 
 
+# librdkafka's consumer-only properties: a producer (or admin client) given one logs a
+# CONFWARN and ignores it. baseKafkaConfig reaches every client, so they are left out of the
+# producer-type ones (the leader group's consumer keeps them).
+CONSUMER_ONLY_PROPERTIES = frozenset((
+    "session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy", "group.protocol",
+    "group.remote.assignor", "group.id", "group.instance.id", "group.protocol.type", "max.poll.interval.ms",
+    "enable.auto.commit", "auto.commit.interval.ms", "enable.auto.offset.store", "auto.offset.reset",
+    "isolation.level", "fetch.wait.max.ms", "fetch.min.bytes", "fetch.max.bytes", "fetch.message.max.bytes",
+    "fetch.error.backoff.ms", "fetch.queue.backoff.ms", "queued.min.messages", "queued.max.messages.kbytes",
+    "enable.partition.eof", "check.crcs", "coordinator.query.interval.ms", "consume.callback.max.messages",
+))
+
+
+def producer_side(config: KafkaConfigMap) -> dict[str, object]:
+    """``config`` without the consumer-only properties a producer or admin client would warn about."""
+    return {k: v for k, v in config.items() if k not in CONSUMER_ONLY_PROPERTIES}
+
+
 def _client_config(config: KafkaConfigMap) -> dict[str, object]:
     # librdkafka logs through stderr by default; route its logs into Python logging instead,
     # its repeats collapsed.
@@ -96,7 +114,7 @@ def refused_configuration(what: str, error: KafkaException) -> TopicError:
 class ConfluentProducer:
     def __init__(self, config: KafkaConfigMap) -> None:
         try:
-            self._producer = Producer(_client_config(config))
+            self._producer = Producer(_client_config(producer_side(config)))
         except KafkaException as e:
             raise refused_configuration("producer", e) from None
 
@@ -252,8 +270,7 @@ class ConfluentLeaderConsumer:
 
 
 def _admin(config: KafkaConfigMap, errors: list[KafkaError] | None = None) -> AdminClient:
-    admin_cfg = {k: v for k, v in config.items() if not k.startswith(("group.", "enable.auto", "auto.offset"))}
-    cfg = _client_config(admin_cfg)
+    cfg = _client_config(producer_side(config))
     if errors is not None:  # why no broker answers, for metadata_within()
         cfg["error_cb"] = errors.append
     try:

@@ -55,6 +55,7 @@ from pyharvest.core.ports.kafka import (
 from pyharvest.core.telemetry.events import Event
 from pyharvest.core.telemetry.logs import log, one_line
 from pyharvest.core.telemetry.metrics import HarvestMetrics
+from pyharvest.core.telemetry.spans import BatchSpans
 from pyharvest.core.transactions.progress import (
     TRANSACTION_CALL_SECONDS,
     decode_progress,
@@ -85,8 +86,10 @@ class TransactionalPublisher:
         shard: int,
         emit: Callable[[Event], None],
         deadline: Callable[[], float | None],
+        spans: BatchSpans,
     ) -> None:
         self._config = config
+        self._spans = spans
         self._kafka = transactional_clients(kafka)
         self._metrics = metrics
         self._shard = shard
@@ -182,6 +185,10 @@ class TransactionalPublisher:
         """Publish ``batch`` and its progress record in one transaction; purge the previous
         transaction's rows while the records are on their way, and before the commit (rule 2).
         Returns the ids committed, or None."""
+        with self._spans.publish(batch):  # one span from the transaction's begin to its commit
+            return self._transact_batch(binding, batch)
+
+    def _transact_batch(self, binding: DatabaseBinding, batch: list[OutboxRecord]) -> list[int] | None:
         producer = self._producer
         assert producer is not None
         failures: list[tuple[OutboxRecord, DeliveryError]] = []
@@ -218,6 +225,7 @@ class TransactionalPublisher:
         metrics.transactions_committed += 1
         metrics.records_published += len(batch)
         metrics.observe(metrics.transaction_seconds, time.monotonic() - started)
+        metrics.publish_latency.observe(batch)
         self._failures.settled(ids)
         self.poison_streak = 0
         return ids
@@ -338,15 +346,16 @@ class TransactionalPublisher:
         deadline; return whether they went."""
         metrics = self._metrics
         started = time.monotonic()
-        purged = settle(
-            f"purge of {what}",
-            binding.purge,
-            ids,
-            metrics=metrics,
-            pause=self._pause,
-            may_retry=self._may_retry,
-            giving_up="the next takeover purges them",
-        )
+        with self._spans.purge(len(ids)):
+            purged = settle(
+                f"purge of {what}",
+                binding.purge,
+                ids,
+                metrics=metrics,
+                pause=self._pause,
+                may_retry=self._may_retry,
+                giving_up="the next takeover purges them",
+            )
         if purged is None:
             return False
         metrics.observe(metrics.purge_seconds, time.monotonic() - started)
