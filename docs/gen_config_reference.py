@@ -217,7 +217,8 @@ def _rows() -> Iterator[tuple[str, str, list[Row]]]:
     # metrics:
     ops_defaults = OpsConfig()
     ops_docs = {k: v.replace("``", "`") for k, v in _google_attributes(OpsConfig.__doc__).items()}
-    ops_attr = {"address": "address", "port": "port", "backlogInterval": "backlog_interval", "enabled": "enabled"}
+    ops_attr = {"address": "address", "port": "port", "backlogInterval": "backlog_interval", "enabled": "enabled",
+                "ageInterval": "age_interval"}
     if set(ops_attr) != set(METRICS_KEYS):
         raise DriftError(f"metrics keys changed: {sorted(METRICS_KEYS)}; update ops_attr in {__file__}")
     ops_hints = typing.get_type_hints(OpsConfig)
@@ -226,8 +227,9 @@ def _rows() -> Iterator[tuple[str, str, list[Row]]]:
         attr = ops_attr[key]
         value = getattr(ops_defaults, attr)
         rows.append(Row(
-            key, attr, _type_name(ops_hints[attr], attr, {"backlog_interval"}),
-            _yaml_value(value) if key != "backlogInterval" else "— (no backlog gauge)",
+            key, attr, _type_name(ops_hints[attr], attr, {"backlog_interval", "age_interval"}),
+            "— (no backlog gauge)" if key == "backlogInterval"
+            else _yaml_value(format_duration(value) if key == "ageInterval" else value),
             describe("metrics", key, [lambda _key, a=attr: ops_docs.get(a)]),
             _env_name(("metrics", key)),
         ))

@@ -4,22 +4,21 @@
     reaper init-db -f reaper.yaml            create the outbox table if missing (or --data-source URL)
     reaper schema --binding postgresql       print the outbox DDL
     reaper broker [--port 9092]              the embedded broker, in the foreground (development)
+    reaper acls -f reaper.yaml --topic T     print the kafka-acls.sh commands of the Kafka ACLs it needs
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from pyharvest._commands.exits import EXIT_OK, EXIT_USAGE, error_exit
 from pyharvest._commands.files import add_file_argument
 from pyharvest._commands.process import run_command, setup_logging
+from pyharvest._commands.schema import GRANT_COMPONENTS
 from pyharvest._version import __version__
 from pyharvest.core.config.choices import PoisonPolicy
 from pyharvest.core.config.settings import mask_data_source, resolve_section, section_errors
@@ -44,18 +43,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         # Checked here, not by argparse: an unknown flag ('reaper --frobnicate') is named first.
         return error_exit("the following arguments are required: -f/--file (e.g. reaper -f reaper.yaml)", EXIT_USAGE)
     try:
-        # reaper.yaml, then PYHARVEST_<SECTION>__<KEY> overrides
-        return run_harvest(load_reaper_config(args.file), print_config=args.print_config)
+        # reaper.yaml, then PYHARVEST_<SECTION>__<KEY> overrides, then the flags
+        cfg = load_reaper_config(args.file)
+        if args.shards is not None:
+            cfg.harvest.shards = args.shards
+        return run_harvest(cfg, print_config=args.print_config, config_file=args.file)
     except TableNotFoundError as e:
         # The command that creates it from the same file runs as printed, password and all.
         raise e.with_command(f"`reaper init-db -f {shlex.quote(args.file)}`") from None
 
 
-def run_harvest(cfg: ReaperConfig, *, print_config: bool = False) -> int:
+def run_harvest(cfg: ReaperConfig, *, print_config: bool = False, config_file: str | None = None) -> int:
     """Run the harvester of ``cfg`` until SIGINT or SIGTERM, as ``reaper -f`` does: logging
-    set up from its ``logging:`` section, ``/metrics`` and probes from ``metrics:``, a graceful
-    stop on the first signal. ``print_config`` prints the effective configuration (secrets
-    masked) instead. Shared by ``reaper`` and Django's ``manage.py reaper``."""
+    set up from its ``logging:`` section, the status page, ``/metrics`` and probes from
+    ``metrics:``, a graceful stop on the first signal. ``print_config`` prints the effective
+    configuration (secrets masked) instead; ``config_file``, the file it came from, is what the
+    status page's ``reaper quarantine`` commands name. Shared by ``reaper`` and Django's
+    ``manage.py reaper``."""
+    import shlex
+
     from pyharvest._harvest import Harvest
     from pyharvest.bindings.ops import start_ops_server
     from pyharvest.bindings.ops.config import OpsConfig
@@ -73,8 +79,13 @@ def run_harvest(cfg: ReaperConfig, *, print_config: bool = False) -> int:
     if print_config:
         import yaml
 
+        from pyharvest.bindings.sql.connect import resolve
+
+        harvest_printed = harvest_cfg.to_mapping(mask_secrets=True)
+        if harvest_printed.get("binding") is None:  # the effective one: the dialect the data source chose
+            harvest_printed["binding"] = resolve(harvest_cfg.data_source, None)[1].name
         printed: dict[str, object] = {
-            "harvest": harvest_cfg.to_mapping(mask_secrets=True),
+            "harvest": harvest_printed,
             "logging": {"level": cfg.logging.level, "json": cfg.logging.json},
         }
         if ops_cfg is not None:
@@ -84,27 +95,14 @@ def run_harvest(cfg: ReaperConfig, *, print_config: bool = False) -> int:
     for override in env_overrides():
         log.info("%s set from %s: %r", override.key, override.variable, override.masked_value())
     harvest = Harvest(harvest_cfg)
-    stop_requested = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        if stop_requested.is_set():
-            log.warning("second %s: still stopping, waiting for in-flight records", signal.Signals(signum).name)
-            return
-        stop_requested.set()
-        log.info("%s received: stopping", signal.Signals(signum).name)
-        harvest.stop()
-
     # Before start(): probes answer while the harvester connects (not ready until it runs).
-    ops = start_ops_server(harvest, ops_cfg)
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    ops = start_ops_server(
+        harvest, ops_cfg, command_target=f"-f {shlex.quote(config_file)}" if config_file else None
+    )
     try:
         log.info("reaper starting with %s", harvest_cfg)
-        harvest.start()
-        while not harvest.join(0.5):
-            pass
+        harvest.run()  # a graceful stop on the first SIGINT or SIGTERM
     finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
         if ops is not None:
             ops.stop()
     return EXIT_OK
@@ -141,19 +139,26 @@ def check_harvest_config(cfg: HarvestConfig) -> None:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    from pyharvest._commands.schema import grants_of, schema_target
     from pyharvest.bindings.sql import schema_ddl
 
-    print(schema_ddl(args.binding, args.table), end="")
+    if args.grants and not args.role:
+        return error_exit("--grants needs --role ROLE: the role (or user) to grant to", EXIT_USAGE)
+    target = schema_target(args)
+    if args.grants:
+        print(grants_of(target, args.grants, args.role), end="")
+        return EXIT_OK
+    print(schema_ddl(target.binding, target.table), end="")
     if args.statements:
         from pyharvest.bindings.sql.statements import harvester_statements
         from pyharvest.plugins.api import OutboxTable, load_dialect, parse_table_name
 
-        outbox = OutboxTable.build(parse_table_name(args.table))
+        outbox = OutboxTable.build(parse_table_name(target.table))
         for what, sql in harvester_statements(
-            load_dialect(args.binding),
+            load_dialect(target.binding),
             outbox,
-            quarantine=args.poison_policy == PoisonPolicy.QUARANTINE,
-            shards=args.shards,
+            quarantine=target.poison_policy == PoisonPolicy.QUARANTINE,
+            shards=target.shards,
         ):
             print(f"\n-- {what}\n{sql};")
     return EXIT_OK
@@ -206,6 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("-f", "--file", help="configuration file (goharvest's reaper.yaml format); required")
     run.add_argument("--print-config", action="store_true", help="print the effective config (secrets masked) and exit")
+    run.add_argument(
+        "--shards", type=_positive, default=None,
+        help="harvest in this many shards (overrides harvest.shards; the table and the leader topic must be made "
+        "for it: reaper init-db --shards N)",
+    )
     run.set_defaults(func=cmd_run)
 
     init = sub.add_parser(
@@ -226,21 +236,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     init.set_defaults(func=cmd_init_db)
 
-    schema = sub.add_parser("schema", help="print the outbox table's DDL for a dialect")
-    schema.add_argument("--binding", required=True, help="dialect plugin name, e.g. postgresql, sqlite, mysql")
-    schema.add_argument("--table", default="outbox", help="outbox table name, optionally schema-qualified")
+    schema = sub.add_parser(
+        "schema", help="print the outbox table's DDL for a dialect (or the grants a component needs)",
+        description="Print the outbox table's DDL for a dialect, the statements the harvester runs (--statements), "
+        "or the GRANT statements a component needs (--grants). The dialect, table, poison policy and shards come "
+        "from the flags, from -f FILE (as init-db takes them) or from --data-source's scheme; nothing connects.",
+    )
+    add_file_argument(schema, "the dialect, table, poison policy and shards")
+    schema.add_argument("--data-source", help="a data source whose scheme names the dialect (nothing connects)")
+    schema.add_argument("--binding", default=None, help="dialect plugin name, e.g. postgresql, sqlite, mysql")
+    schema.add_argument("--table", default=None, help="outbox table name, optionally schema-qualified (default outbox)")
     schema.add_argument(
         "--statements", action="store_true",
         help="also print every statement the harvester runs (mark, purge, reset, quarantine), compiled for it",
     )
     schema.add_argument(
-        "--poison-policy", choices=[p.value for p in PoisonPolicy], default=PoisonPolicy.BLOCK.value,
-        help="with --statements: the statements of this policy (quarantine adds the key filter and its table)",
+        "--poison-policy", choices=[p.value for p in PoisonPolicy], default=None,
+        help="with --statements or --grants: this policy's (quarantine adds the key filter and its table); "
+        "default block",
     )
     schema.add_argument(
-        "--shards", type=_positive, default=1,
-        help="with --statements: the shard index and a shard's mark for this many shards",
+        "--shards", type=_positive, default=None,
+        help="with --statements or --grants: for this many shards (the shard index, a shard's mark); default 1",
     )
+    schema.add_argument(
+        "--grants", choices=GRANT_COMPONENTS, metavar="COMPONENT",
+        help="print the GRANT statements COMPONENT needs and no more: reaper, stasher, inbox or verify",
+    )
+    schema.add_argument("--role", help="with --grants: the role (on MySQL/MariaDB also user@host) to grant to")
     schema.set_defaults(func=cmd_schema)
 
     for extra in _extra_commands:
@@ -249,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_extras(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from pyharvest._commands.acls import register as register_acls
     from pyharvest._commands.broker import register as register_broker
     from pyharvest._commands.inbox import register as register_inbox
     from pyharvest._commands.quarantine import register as register_quarantine
@@ -260,6 +284,7 @@ def _register_extras(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     register_inbox(sub)
     register_quarantine(sub)
     register_broker(sub)
+    register_acls(sub)
 
 
 # Sub-commands that live in their own modules.

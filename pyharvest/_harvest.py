@@ -55,7 +55,7 @@ class Harvest:
     >>> config = Config(base_kafka_config={"bootstrap.servers": "localhost:9092"},
     ...                 data_source="postgresql+psycopg://app@localhost/app")
     >>> with Harvest(config) as harvest:   # doctest: +SKIP
-    ...     harvest.join()
+    ...     harvest.run()     # until Ctrl-C or SIGTERM, then a graceful stop
 
     With ``shards: 1`` (the default) one process of the leader group leads the whole outbox;
     with ``shards: N`` each shard is led by one process at a time, so up to N processes
@@ -82,6 +82,9 @@ class Harvest:
         on_event: EventHandler | None = None,
     ) -> None:
         resolved = config.resolve()
+        from pyharvest.bindings.ops.tracing import install as install_tracing
+
+        install_tracing()  # per-batch spans, recorded once OpenTelemetry has a tracer provider
         source = _sql_binding(resolved) if binding is None else binding
         clients = _confluent(resolved) if kafka is None else kafka
         self.runner: HarvestEngine | ShardedHarvestEngine
@@ -121,6 +124,15 @@ class Harvest:
     def join(self, timeout: float | None = None) -> bool:
         """Wait until stopped; re-raise whatever crashed it. Returns False on timeout."""
         return self.runner.join(timeout)
+
+    def run(self) -> None:
+        """Harvest until SIGINT (Ctrl-C) or SIGTERM, then stop gracefully, as ``reaper`` does:
+        in-flight records are settled and the leader group is left, so that another process
+        takes over at once; no ``KeyboardInterrupt``. Starts the harvester unless it runs;
+        re-raises whatever stopped it otherwise. Call it from the main thread."""
+        from pyharvest._signals import run_until_signalled
+
+        run_until_signalled(self)
 
     def __enter__(self) -> Self:
         self.start()

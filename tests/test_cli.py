@@ -9,21 +9,7 @@ import sys
 import pytest
 
 from benchmarks.children import python_module
-
-
-def reaper(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*python_module("pyharvest"), *args], capture_output=True, text=True, timeout=timeout
-    )
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
-    assert result.returncode != 0
-    assert "Traceback" not in result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("reaper: error:")]
-    assert len(errors) == 1, result.stderr
-    for fragment in fragments:
-        assert fragment in errors[0], result.stderr
+from tests.helpers.cli import assert_one_line_error, reaper
 
 
 def test_missing_config_file():
@@ -431,3 +417,4 @@ def test_the_library_suggests_init_db_with_the_data_source(tmp_path):
     assert f"--data-source '{url}'" in command
     created = installed_reaper(*shlex.split(command)[1:])
     assert created.returncode == 0, created.stderr
+

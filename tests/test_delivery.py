@@ -17,6 +17,7 @@ from pyharvest.core.outbox.records import OutboxRecord
 from pyharvest.core.ports.kafka import DeliveryError
 from pyharvest.core.telemetry.events import DeliveryFailed, MeterRead, RecordQuarantined
 from pyharvest.core.telemetry.metrics import HarvestMetrics
+from pyharvest.core.telemetry.spans import BatchSpans
 from tests.helpers.fakes import FakeBinding
 
 TIMEOUT = DeliveryError("REQUEST_TIMED_OUT", "broker did not answer")
@@ -75,6 +76,7 @@ class Rig:
             raise_remark=lambda: self.journal.append(("remark",)),
             release=lambda keys: self.journal.append(("release", sorted(keys))),
             deadline=lambda: self.deadline,
+            spans=BatchSpans("outbox"),
         )
 
     def marked(self, *keys: str, leader_id: str = "L1") -> list[OutboxRecord]:
@@ -171,6 +173,25 @@ def test_the_quarantine_policy_parks_the_key_after_max_attempts():
     rig.report(poison, TOO_LARGE)
     rig.process()
     assert [e.attempts for e in rig.failures()] == [1, 2, 1]
+
+
+def test_an_invalid_topic_keeps_its_first_cause_not_librdkafkas_cached_unknown_topic():
+    # What librdkafka does with a topic name the broker refuses: TOPIC_EXCEPTION once, then
+    # _UNKNOWN_TOPIC from its cache at every later produce (checked against Apache Kafka).
+    invalid = DeliveryError("TOPIC_EXCEPTION", "Broker: Invalid topic", retriable=False)
+    unknown = DeliveryError("_UNKNOWN_TOPIC", "Unable to produce message: Local: Unknown topic", retriable=False)
+    rig = Rig(policy="quarantine", max_attempts=3)
+    (poison,) = rig.marked("bad")
+    for error in (invalid, unknown, unknown):
+        rig.report(poison, error)
+        rig.process()
+    assert rig.db.quarantined == {"bad": (poison.id, str(invalid), 3)}
+    [quarantined] = [e for e in rig.events if isinstance(e, RecordQuarantined)]
+    assert quarantined.error == str(invalid) and "not a valid topic name" in quarantined.hint
+    assert "create it" not in quarantined.hint
+    # Each attempt's own error is reported as it came; the advice follows the first cause.
+    assert [e.error for e in rig.failures()] == [str(invalid), str(unknown), str(unknown)]
+    assert all("not a valid topic name" in e.hint for e in rig.failures())
 
 
 def test_quarantine_needs_a_binding_that_can_quarantine():
@@ -309,7 +330,8 @@ def test_a_quarantined_key_says_how_to_replay_or_discard_it(caplog):
         rig.process()
     (quarantined,) = [e for e in rig.events if isinstance(e, RecordQuarantined)]
     for text in (quarantined.hint, caplog.text):
-        assert "grant it WRITE" in text and "reaper quarantine replay" in text and "discard" in text
+        assert "Write on topic" in text and "--operation Write" in text and "reaper quarantine replay" in text
+        assert "discard" in text
 
 
 def test_every_poison_code_of_the_kafka_binding_has_a_hint():

@@ -4,7 +4,10 @@ Each page's blocks run in order in one interpreter (``tests/helpers/doc_snippets
 fresh directory, so a page may build on its earlier blocks as a reader would. The pages name
 the servers a reader has (``postgresql+psycopg://app@localhost/app``, ``localhost:9092``); the
 test points those at SQLite in the page's directory and at the session's broker (Apache Kafka
-by default; :data:`PLACEHOLDERS`), and changes nothing else.
+by default; :data:`PLACEHOLDERS`). The topics and groups the pages name (``orders``,
+``billing-api``...) get a suffix of their own per run (:func:`kafka_names`): a broker kept
+across runs, or shared by concurrent ones, would otherwise hand a page an earlier run's
+records or members. Nothing else changes.
 
 A page controls its blocks with HTML comments, invisible once rendered:
 
@@ -14,9 +17,9 @@ A page controls its blocks with HTML comments, invisible once rendered:
 ``<!-- snippet: check ... -->``
     hidden Python that checks what a block did, run at that point of the page.
 ``<!-- snippet: runs-until-stopped ready="TEXT" -->`` before a block
-    a block that runs until interrupted (``harvest.join()``): it must print TEXT (or, without
-    ``ready``, keep running for a few seconds), then stop cleanly on SIGINT (Ctrl-C) and let
-    the page go on.
+    a block that runs until interrupted (``harvest.run()``, ``harvest.join()``): it must print
+    TEXT (or, without ``ready``, keep running for a few seconds), then stop cleanly on SIGINT
+    (Ctrl-C: a ``KeyboardInterrupt``, or its own handler's graceful return) and let the page go on.
 ``<!-- snippet: skip REASON -->`` before a block
     a block that cannot run here; the reason says where the same code is proven instead.
 ``<!-- snippet: requires MODULE -->`` before a block (and its setup)
@@ -37,7 +40,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +62,13 @@ PLACEHOLDERS = {
     "localhost:9092": "{broker}",
     "broker:9092": "{broker}",
 }
+
+#: Where a quoted name is a Kafka topic or group: a record's or a produce call's topic, a
+#: consumer's topics, a group id, the topic ``verify_topic`` reads.
+KAFKA_NAME = re.compile(
+    r"""(?:\b(?:OutboxRecord|produce|NewTopic)\(\s*|\btopics=\[\s*|\b(?:leader_group_id|group_id)=\s*"""
+    r"""|\bverify_topic\([^,()]*,\s*)(["'])(?P<name>[\w.-]+)\1"""
+)
 
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```python[ \t]*$")
 MARKER = re.compile(r"^[ \t]*<!--[ \t]*snippet:[ \t]*(?P<what>[\w-]+)(?P<rest>.*?)(?:-->)?[ \t]*$")
@@ -126,9 +137,20 @@ def blocks_of(page: Path) -> list[Block]:
     return blocks
 
 
-def substituted(code: str, broker: str) -> str:
+def kafka_names(blocks: list[Block]) -> set[str]:
+    """The topics and groups a page's blocks name, found where a name is one (:data:`KAFKA_NAME`)."""
+    return {m["name"] for b in blocks for m in KAFKA_NAME.finditer(b.code)}
+
+
+def substituted(code: str, broker: str, names: Collection[str] = (), run: str = "") -> str:
+    """``code`` against this run's servers: the placeholders replaced, and each quoted literal
+    of ``names`` (anywhere on the page, so that a hidden setup block agrees) given ``-run``."""
     for placeholder, actual in PLACEHOLDERS.items():
         code = code.replace(placeholder, actual.format(broker=broker))
+    if names:
+        alternatives = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+        literal = re.compile(r"""(["'])(""" + alternatives + r""")\1""")
+        code = literal.sub(lambda m: f"{m[1]}{m[2]}-{run}{m[1]}", code)
     return code
 
 
@@ -149,28 +171,9 @@ def test_markers_parse() -> None:
             assert block.mode != "until-stopped" or block.ready is None or block.ready
 
 
-@pytest.fixture(scope="module")
-def pages_bootstrap(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A broker with no topics yet. The pages name fixed topics (``orders``), and
-    ``make kafka``'s broker keeps its data across runs: ``verify``'s example would read an
-    earlier run's records. So the pages get a private Apache Kafka of their own; on the
-    embedded broker (in memory, new each session) or a cluster named in
-    ``PYHARVEST_TEST_KAFKA``, the session's broker."""
-    from tests.helpers.fixtures.kafka import broker_choice
-
-    if broker_choice() != "apache":
-        yield request.getfixturevalue("kafka_bootstrap")
-        return
-    from tests.helpers.faults.apache import ApacheKafka
-
-    with ApacheKafka(tmp_path_factory.mktemp("pages-kafka")) as kafka:
-        yield kafka.bootstrap_servers
-
-
 @pytest.mark.timeout(PAGE_TIMEOUT + 60)
 @pytest.mark.parametrize("page", [p for p in PAGES if any(b.mode != "skip" for b in blocks_of(p))], ids=_ids)
-def test_page_snippets_run(page: Path, pages_bootstrap: str, tmp_path: Path) -> None:
-    kafka_bootstrap = pages_bootstrap
+def test_page_snippets_run(page: Path, kafka_bootstrap: str, tmp_path: Path) -> None:
     blocks = [b for b in blocks_of(page) if b.mode != "skip"]
     import importlib.util
 
@@ -180,8 +183,9 @@ def test_page_snippets_run(page: Path, pages_bootstrap: str, tmp_path: Path) -> 
         blocks = blocks[: blocks.index(missing[0])]
         if not any(b.mode != "setup" for b in blocks):
             pytest.skip(f"{page.name} needs {missing[0].requires}: an optional extra not installed here")
+    names, run = kafka_names(blocks), uuid.uuid4().hex[:8]
     spec = [
-        {"path": b.path, "line": b.line, "code": substituted(b.code, kafka_bootstrap), "mode": b.mode}
+        {"path": b.path, "line": b.line, "code": substituted(b.code, kafka_bootstrap, names, run), "mode": b.mode}
         for b in blocks
     ]
     (tmp_path / "blocks.json").write_text(json.dumps(spec), encoding="utf-8")
@@ -227,10 +231,13 @@ def test_page_snippets_run(page: Path, pages_bootstrap: str, tmp_path: Path) -> 
             break
         if line:
             output.append(line)
-            progress = re.match(r"@@snippet (\d+) (start|stopped)", line)
+            progress = re.match(r"@@snippet (\d+) (start|stopped|returned)", line)
             if progress and progress[2] == "start":
                 current, started, interrupted_at = blocks[int(progress[1])], time.monotonic(), None
-            elif progress:  # stopped as asked: the page goes on
+            elif progress and progress[2] == "returned" and interrupted_at is None:
+                assert current is not None
+                fail(f"{current.path}:{current.line}: returned before it was stopped")
+            elif progress:  # stopped as asked (by KeyboardInterrupt, or by its own handler): the page goes on
                 current, interrupted_at = None, None
         if current is not None and current.mode == "until-stopped" and interrupted_at is None:
             since_start = "".join(output[-200:]).rsplit("@@snippet", 1)[-1]

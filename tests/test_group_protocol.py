@@ -221,3 +221,55 @@ def test_reapers_preflight_accepts_a_consumer_group_with_the_refused_settings_le
         base_kafka_config={"bootstrap.servers": "k:9092", "session.timeout.ms": 10_000},
     ).resolve()
     check_harvest_config(cfg)  # librdkafka would refuse session.timeout.ms beside group.protocol=consumer
+
+
+def test_a_broker_maximum_below_the_asked_session_is_said_as_such() -> None:
+    # The maximum caps the session: the advice is about the maximum, not the minimums.
+    session, note = choose_session(5.0, SessionBounds(min_session_ms=1000, max_session_ms=10_000, min_heartbeat_ms=500))
+    assert session.session_ms == 10_000
+    assert note is not None and "shorter session than asked" in note
+    assert "Raise group.consumer.max.session.timeout.ms" in note and "Lower the broker's minimums" not in note
+
+
+def test_a_session_timeout_in_the_base_config_is_said_once_at_start(caplog: pytest.LogCaptureFixture) -> None:
+    group = ShardGroup(Clients(1), {"session.timeout.ms": 30_000}, "app.neli", "app", "me", 1,
+                       heartbeat_timeout=5.0, min_poll_interval=0.01, poll_duration=0.0)
+    with caplog.at_level(logging.WARNING, "pyharvest"):
+        group.start()
+    group.close()
+    [line] = [r.getMessage() for r in caplog.records if "session.timeout.ms" in r.getMessage()]
+    assert "session.timeout.ms=30000" in line and "3 x limits.heartbeatTimeout, 15000 ms" in line
+    assert "limits.heartbeatTimeout: 10s would give it" in line
+    caplog.clear()
+    quiet = ShardGroup(Clients(1), {"session.timeout.ms": 15_000}, "app.neli", "app", "me", 1,
+                       heartbeat_timeout=5.0, min_poll_interval=0.01, poll_duration=0.0)
+    with caplog.at_level(logging.WARNING, "pyharvest"):
+        quiet.start()  # already what heartbeatTimeout gives: nothing to say
+    quiet.close()
+    assert not [r for r in caplog.records if "session.timeout.ms" in r.getMessage()]
+
+
+@pytest.mark.kafka
+def test_a_session_timeout_in_the_base_config_makes_no_producer_warn(
+    kafka_config: dict[str, object], caplog: pytest.LogCaptureFixture, tmp_path
+) -> None:
+    import uuid
+
+    from pyharvest import Harvest, Limits
+    from pyharvest.bindings.sql import create_outbox_table
+
+    url = f"sqlite:///{tmp_path / 'outbox.db'}"
+    create_outbox_table(url)
+    cfg = Config(
+        base_kafka_config={**kafka_config, "session.timeout.ms": 6000},
+        leader_group_id=f"confwarn-{uuid.uuid4().hex[:8]}",
+        data_source=url,
+        limits=Limits(heartbeat_timeout=2.0, min_poll_interval=0.05),
+    )
+    caplog.set_level(logging.DEBUG, logger="pyharvest")
+    with Harvest(cfg) as harvest:
+        wait_until(lambda: harvest.is_leader, 60, "the harvester to lead")
+    assert not [r for r in caplog.records if "CONFWARN" in r.getMessage()], [
+        r.getMessage() for r in caplog.records if "CONFWARN" in r.getMessage()]
+    # 6000 is what heartbeatTimeout 2s gives: honoured as it stands, so nothing is said.
+    assert not [r for r in caplog.records if "is not the leader group's session" in r.getMessage()]

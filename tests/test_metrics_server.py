@@ -63,6 +63,10 @@ def test_counters_move_during_a_harvest_and_gauges_follow_in_flight_records():
             "pyharvest_purge_duration_seconds_count"
         ]
         assert h.metrics.mark_seconds == [] and h.metrics.purge_seconds == []
+        # Publish latency: one observation per acknowledged record, create_time to the ack.
+        assert after["pyharvest_publish_latency_seconds_count"] == 300
+        assert 0 < after["pyharvest_publish_latency_seconds_sum"] < 300 * 60
+        assert after['pyharvest_publish_latency_seconds_bucket{le="600.0"}'] == 300
         # Counts do not go backwards on a later scrape (the histograms keep what they drained).
         again = scrape(ops)
         assert again["pyharvest_purge_duration_seconds_count"] == after["pyharvest_purge_duration_seconds_count"]
@@ -274,9 +278,9 @@ def test_invalid_sections_name_the_key(section, field, fragment):
 
 
 def test_defaults_and_disabled_sections():
-    assert OpsConfig.from_mapping({}) == OpsConfig("0.0.0.0", 9433, None, True)  # noqa: S104
+    assert OpsConfig.from_mapping({}) == OpsConfig("127.0.0.1", 9433, None, True)  # this machine only
     assert OpsConfig.from_mapping({"backlogInterval": "1m"}).to_mapping() == {
-        "address": "0.0.0.0", "port": 9433, "backlogInterval": "60s",  # noqa: S104
+        "address": "127.0.0.1", "port": 9433, "backlogInterval": "60s",
     }
     h = make(FakeBinding(), FakeKafka())
     assert start_ops_server(h, None) is None
@@ -402,3 +406,4 @@ def test_the_kubernetes_example_is_consistent():
     assert reaper["readinessProbe"]["httpGet"]["path"] == "/readyz"
     grace = by_kind["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace > cfg.harvest.resolve().limits.shutdown_timeout
+

@@ -46,3 +46,18 @@ def test_unknown_binding_is_a_clear_error() -> None:
     out = reaper("schema", "--binding", "nosuchdb", "--statements")
     assert out.returncode != 0
     assert "no pyharvest dialect named 'nosuchdb' is installed" in out.stderr
+
+
+@pytest.mark.parametrize("binding", ["postgresql", "mysql"])
+def test_a_modulo_is_printed_as_sql_not_as_the_drivers_escape(binding: str) -> None:
+    # psycopg and PyMySQL take %s parameters, so their dialects escape a literal % as %%.
+    out = reaper("schema", "--binding", binding, "--statements", "--shards", "2")
+    assert out.returncode == 0, out.stderr
+    assert "%%" not in out.stdout
+    assert "% 2" in out.stdout
+
+
+def test_the_oldest_rows_age_is_read_through_the_primary_key() -> None:
+    out = reaper("schema", "--binding", "postgresql", "--statements")
+    age = out.stdout.split("-- the oldest row's create_time", 1)[1]
+    assert "ORDER BY outbox.id" in age and "LIMIT" in age and "WHERE" not in age.split(";")[0]

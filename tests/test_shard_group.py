@@ -226,3 +226,42 @@ def test_readyz_says_why_when_the_broker_answers_but_refuses_the_heartbeats() ->
 
     ready, body = health_report(Harvester())  # type: ignore[arg-type]
     assert not ready and body["down"] == ["broker"] and body["errors"] == {"broker": why}
+
+
+class UnreadyTable:
+    """A table prepared for another number of shards: the binding refuses the shard's mark."""
+
+    def mark(self, leader_id, limit):
+        return []
+
+    def purge(self, ids):
+        return 0
+
+    def reset(self, ids, leader_id=None):
+        return 0
+
+    def dispose(self) -> None:
+        pass
+
+    def for_shard(self, shards: int, shard: int):
+        from pyharvest.core.errors import BindingError
+
+        raise BindingError(f"outbox table 'outbox' has no index for {shards} shards (outbox_shards{shards})")
+
+
+def test_a_table_and_a_leader_topic_both_made_for_other_shards_are_reported_together() -> None:
+    from pyharvest import Config
+    from pyharvest.core.engine.sharded import ShardedHarvestEngine
+    from pyharvest.core.errors import BindingError
+
+    config = Config(leader_topic="app.neli", leader_group_id="app", data_source="fake://", shards=3)
+    engine = ShardedHarvestEngine(config, binding=UnreadyTable(), kafka=Clients(2))  # type: ignore[arg-type]
+    with pytest.raises(BindingError) as failed:
+        engine.start()
+    message = str(failed.value)
+    assert message.startswith("two things keep shards: 3 from starting: 1) outbox table 'outbox' has no index for 3")
+    assert "2) leader topic 'app.neli' has 2 partition(s) but shards is 3" in message
+    # Only the table: its error alone, as before.
+    alone = ShardedHarvestEngine(config, binding=UnreadyTable(), kafka=Clients(3))  # type: ignore[arg-type]
+    with pytest.raises(BindingError, match=r"^outbox table 'outbox' has no index for 3 shards"):
+        alone.start()

@@ -83,7 +83,7 @@ def test_two_harvesters_share_the_shards_and_one_takes_over(
 def test_changing_the_number_of_shards_keeps_order(kafka_config, kafka_bootstrap, database_url, table_name, topic_name):
     """The documented procedure: stop every harvester, prepare the table and the leader topic
     for the new number, start again. Keys move to other shards; their order does not change."""
-    from pyharvest.core.errors import TopicError
+    from pyharvest.core.errors import BindingError, TopicError
     from tests.helpers.outbox import Writer
 
     create_outbox_table(database_url, table_name, shards=2)
@@ -98,10 +98,14 @@ def test_changing_the_number_of_shards_keeps_order(kafka_config, kafka_bootstrap
             time.sleep(2)
         # 1. every harvester is stopped (mid-stream: the writer goes on)
         time.sleep(1)
-        # 2. the table gets the new shard index; 3. a leader topic of the new size
-        create_outbox_table(database_url, table_name, shards=3)
         three = sharded_config(kafka_config, database_url, table_name, group)
         three.shards = 3
+        # Started before either is changed: both are reported at once.
+        with pytest.raises(BindingError, match=r"two things keep shards: 3 from starting: 1\) .*no index for 3 shards"
+                                               r".*2\) leader topic .* has 2 partition"):
+            Harvest(three).start()
+        # 2. the table gets the new shard index; 3. a leader topic of the new size
+        create_outbox_table(database_url, table_name, shards=3)
         with pytest.raises(TopicError, match="has 2 partition.*shards is 3.*new leaderTopic"):
             Harvest(three).start()
         three.leader_topic = f"{group}.neli.3"
@@ -153,6 +157,14 @@ def test_metrics_and_probes_per_shard(kafka_config, kafka_bootstrap, database_ur
         purged = [samples[f'pyharvest_records_purged_total{{shard="{p}"}}'] for p in (0, 1)]
         assert sum(purged) >= 40 and all(purged)  # 40 keys land in both shards
         assert get(ops.url + "/readyz")[0] == 200
+        # Per-shard publish latency; the status page's roles per shard, and the whole table's age.
+        assert sum(samples[f'pyharvest_publish_latency_seconds_count{{shard="{p}"}}'] for p in (0, 1)) >= 40
+        import json
+
+        status = json.loads(get(ops.url + "/status")[1])
+        assert [(s["shard"], s["role"]) for s in status["shards"]] == [(0, "leader"), (1, "leader")]
+        wait_until(lambda: json.loads(get(ops.url + "/status")[1])["oldest_record_age_seconds"] == 0, 30,
+                   "the age of an empty outbox")
     finally:
         harvest.stop()
         harvest.join(60)

@@ -9,35 +9,14 @@ import threading
 
 import pytest
 
-from pyharvest import Config, Limits
-from pyharvest.core.engine.harvest import HarvestEngine
+from pyharvest import Config
 from pyharvest.core.errors import ConfigError
 from pyharvest.core.ports.kafka import DeliveryError
 from pyharvest.core.transactions.progress import decode_progress, encode_progress, transactional_id
 from tests.helpers.engine import fill, per_key
+from tests.helpers.engine import make_exactly_once as make
 from tests.helpers.fakes import FakeBinding, FakeKafka, FakeTransactionalKafka
 from tests.helpers.waiting import wait_until
-
-
-def make(binding: FakeBinding, kafka: FakeKafka, **settings: object) -> HarvestEngine:
-    limits = Limits(
-        min_poll_interval=0.005,
-        heartbeat_timeout=0.5,
-        mark_backoff=0.001,
-        io_error_backoff=0.01,
-        min_metrics_interval=0.05,
-        shutdown_timeout=2.0,
-        max_delivery_attempts=2,
-    )
-    cfg = Config(
-        leader_topic="app.neli",
-        leader_group_id="app",
-        data_source="fake://",
-        limits=limits,
-        delivery="exactly-once",
-        **settings,
-    )  # type: ignore[arg-type]
-    return HarvestEngine(cfg, binding=binding, kafka=kafka)
 
 
 def test_progress_records_name_runs_of_ids_and_read_back_exactly():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -19,10 +20,11 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from pyharvest.bindings.kafka.admin import admin_client as _admin
 from pyharvest.bindings.kafka.admin import client_config as _client_config
-from pyharvest.bindings.kafka.admin import refused_configuration
+from pyharvest.bindings.kafka.admin import metadata_within, producer_side, refused_configuration
 from pyharvest.bindings.kafka.api_versions import CONSUMER_GROUP_HEARTBEAT, broker_api_keys
 from pyharvest.bindings.kafka.leader_consumer import ConfluentLeaderConsumer
 from pyharvest.bindings.kafka.probes import partitions_probe
+from pyharvest.core.config.kafka_acls import Acl, is_authorization_failure, refused
 from pyharvest.core.election.group_protocol import GroupSession, SessionBounds
 from pyharvest.core.ports.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap, ProduceError, TopicError
 from pyharvest.core.ports.stuck_clients import HEAL_AFTER_SESSIONS, ProgressWatch
@@ -99,7 +101,7 @@ class ConfluentProducer:
 
     def _open(self) -> Producer:
         try:
-            return Producer(_client_config(self._config))
+            return Producer(_client_config(producer_side(self._config)))
         except KafkaException as e:
             raise refused_configuration("producer", e) from None
 
@@ -189,10 +191,14 @@ class ConfluentProducer:
 
     def close(self) -> None:
         # Deliberately no flush: the engine decides how long to wait for in-flight records.
-        self._producer.poll(0)
+        try:
+            self._producer.poll(0)
+        except KafkaException as e:  # a fatal error, raised again by the poll: what failed said so
+            log.debug("closing a producer after a fatal error: %s", e.args[0].str() if e.args else e)
         for old, _ in self._retired:
             old.purge(in_queue=True, in_flight=True, blocking=False)
-            old.poll(0)
+            with contextlib.suppress(KafkaException):
+                old.poll(0)
         self._retired = []
 
 
@@ -265,6 +271,9 @@ class ConfluentClients:
         try:
             admin.incremental_alter_configs([resource], request_timeout=timeout)[resource].result(timeout)
         except KafkaException as e:
+            if is_authorization_failure(e.args[0].name() or ""):
+                why = "setting the session heartbeatTimeout asks for (groupProtocol: consumer)"
+                raise refused(config, Acl("group", group_id, ("AlterConfigs",), why), e.args[0].str()) from None
             raise TopicError(f"cannot set the session of group {group_id!r}: {e.args[0].str()}") from None
         except Exception as e:  # noqa: BLE001 - e.g. a timeout from the future
             raise TopicError(f"cannot set the session of group {group_id!r} within {timeout:g}s: {e}") from None
@@ -283,19 +292,16 @@ class ConfluentClients:
                 found = admin.list_topics(topic, timeout=timeout).topics.get(topic)
             except KafkaException as e:
                 raise TopicError(f"cannot read the metadata of topic {topic!r}: {e.args[0].str()}") from None
+            if found is not None and found.error is not None and is_authorization_failure(found.error.name() or ""):
+                raise refused(config, Acl("topic", topic, ("Read",), "reading its partitions"), found.error.str())
             if (found is not None and found.error is None and found.partitions) or time.monotonic() > deadline:
                 return 0 if found is None or found.error is not None else len(found.partitions)
             time.sleep(0.1)
 
     def ensure_topic(self, config: KafkaConfigMap, topic: str, partitions: int = 1, timeout: float = 10.0) -> None:
-        servers = config.get("bootstrap.servers")
-        admin = _admin(config)
-        try:
-            metadata = admin.list_topics(timeout=timeout)
-        except KafkaException as e:
-            raise TopicError(
-                f"cannot reach Kafka at bootstrap.servers={servers!r} within {timeout:g}s: {e.args[0].str()}"
-            ) from None
+        errors: list[KafkaError] = []
+        admin = _admin(config, errors=errors)
+        metadata = metadata_within(config, admin, errors, timeout)
         if topic in metadata.topics and metadata.topics[topic].error is None:
             return
         futures = admin.create_topics([NewTopic(topic, partitions)], operation_timeout=timeout)
@@ -305,9 +311,13 @@ class ConfluentClients:
             err = e.args[0]
             if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 return
+            if is_authorization_failure(err.name() or ""):
+                why = (f"creating it: it does not exist (or Read, which shows it, is missing); or create it "
+                       f"beforehand with {partitions} partition(s)")
+                raise refused(config, Acl("topic", topic, ("Create",), why), err.str()) from None
             raise TopicError(
                 f"topic {topic!r} does not exist and could not be created ({err.str()}); "
-                f"create it with {partitions} partition(s) or grant the harvester CREATE on it"
+                f"create it with {partitions} partition(s) or grant the harvester Create on it"
             ) from None
         except Exception as e:  # noqa: BLE001 - e.g. a timeout from the future
             raise TopicError(f"topic {topic!r} could not be created within {timeout:g}s: {e}") from None

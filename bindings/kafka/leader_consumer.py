@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from pyharvest.bindings.kafka.admin import client_config, refused_configuration
 from pyharvest.bindings.kafka.probes import group_probe
+from pyharvest.core.config.kafka_acls import Acl, is_authorization_failure, refused
 from pyharvest.core.ports.kafka import KafkaConfigMap
 from pyharvest.core.ports.stuck_clients import ProgressWatch
 
@@ -44,6 +45,8 @@ class ConfluentLeaderConsumer:
         cfg.setdefault("statistics.interval.ms", 1000)
         cfg["error_cb"] = self._on_error
         self._cfg = cfg
+        self._config = config
+        self._refusal: KafkaError | None = None  # an ACL's refusal seen by error_cb, raised by poll
         self.connected: bool | None = None
         #: How many brokers the consumer knows, learned or bootstrap (its last statistics): none
         #: after metadata answers without brokers, until librdkafka bootstraps again (at once the
@@ -108,7 +111,17 @@ class ConfluentLeaderConsumer:
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
             self.connected = False
+        elif is_authorization_failure(err.name() or ""):
+            self._refusal = err
         log.debug("leader consumer: %s", err.str())
+
+    def _refused(self, err: KafkaError) -> Exception:
+        """An ACL refused the group or the leader topic: the harvester cannot lead, ever."""
+        if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            acl = Acl("group", str(self._config.get("group.id")), ("Read",), "joining the leader group")
+        else:
+            acl = Acl("topic", self._topic or "", ("Read",), "reading the heartbeats back")
+        return refused(self._config, acl, err.str())
 
     def subscribe(
         self,
@@ -143,10 +156,14 @@ class ConfluentLeaderConsumer:
         received: list[int] = []
         consumer = self._consumer
         msg = consumer.poll(timeout)
+        if self._refusal is not None:
+            raise self._refused(self._refusal)
         while msg is not None:
             err = msg.error()
             if err is None:
                 received.append(msg.partition() or 0)
+            elif is_authorization_failure(err.name() or ""):
+                raise self._refused(err)
             elif err.fatal():
                 raise KafkaException(err)
             elif err.code() != KafkaError._PARTITION_EOF:

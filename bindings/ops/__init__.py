@@ -1,4 +1,4 @@
-"""Operations: Prometheus metrics and health probes for a running harvester.
+"""Operations: a status page, Prometheus metrics and health probes for a running harvester.
 
 The ``reaper`` command starts this server when ``reaper.yaml`` has a ``metrics:`` section;
 embedded users call :func:`start_ops_server` themselves, or register a
@@ -44,8 +44,10 @@ def start_ops_server(
     section: Mapping[str, Any] | OpsConfig | None,
     *,
     process_metrics: bool = True,
+    command_target: str | None = None,
 ) -> OpsServer | None:
-    """Serve ``/metrics``, ``/healthz`` and ``/readyz`` for ``harvest`` on a background thread.
+    """Serve the status page at ``/``, ``/metrics``, ``/healthz`` and ``/readyz`` for
+    ``harvest`` on a background thread.
 
     ``section`` is the ``metrics:`` mapping of ``reaper.yaml`` (or an :class:`OpsConfig`).
     Returns ``None`` when it is ``None`` or says ``enabled: false``; otherwise a running
@@ -56,7 +58,9 @@ def start_ops_server(
     for an invalid section or a missing ``prometheus_client``, and
     :class:`~pyharvest.core.errors.HarvestError` when the port cannot be bound.
     ``process_metrics`` adds the standard ``process_*``, ``python_gc_*`` and
-    ``python_info`` metrics.
+    ``python_info`` metrics. ``command_target`` is how the status page's ``reaper quarantine``
+    commands name the outbox (``reaper`` passes ``-f reaper.yaml``); by default
+    ``--data-source`` with the password masked, and ``--table``.
     """
     if section is None:
         return None
@@ -70,27 +74,33 @@ def start_ops_server(
             "metrics", "the metrics server needs prometheus_client: pip install 'pyharvest[metrics]'"
         ) from None
     from pyharvest.bindings.ops.collector import BacklogCounter, HarvestCollector
+    from pyharvest.bindings.ops.latency import publish_latency
     from pyharvest.bindings.ops.server import OpsServer
+    from pyharvest.bindings.ops.watch import OutboxWatch, harvest_engines
     from pyharvest.core.engine.harvest import HarvestEngine
     from pyharvest.core.engine.sharded import ShardedHarvestEngine
 
     if not isinstance(harvest, HarvestEngine | ShardedHarvestEngine):
         harvest = harvest.runner
     registry = CollectorRegistry()
+    engine = harvest
+    watch = OutboxWatch(engine, config.age_interval, lambda: publish_latency(harvest_engines(engine)))
     backlog: BacklogCounter | ShardBacklog | None
     if isinstance(harvest, ShardedHarvestEngine):
         from pyharvest.bindings.ops.shard_collector import ShardBacklog, ShardedHarvestCollector
 
         backlog = ShardBacklog(harvest, config.backlog_interval) if config.backlog_interval else None
-        registry.register(ShardedHarvestCollector(harvest, backlog=backlog))
+        registry.register(ShardedHarvestCollector(harvest, backlog=backlog, watch=watch))
     else:
         backlog = BacklogCounter(harvest, config.backlog_interval) if config.backlog_interval else None
-        registry.register(HarvestCollector(harvest, backlog=backlog))
+        registry.register(HarvestCollector(harvest, backlog=backlog, watch=watch))
     if process_metrics:
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
         GCCollector(registry=registry)
-    return OpsServer(harvest, registry, config.address, config.port, backlog).start()
+    return OpsServer(
+        harvest, registry, config.address, config.port, backlog, watch=watch, command_target=command_target
+    ).start()
 
 
 def __getattr__(name: str) -> Any:

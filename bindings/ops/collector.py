@@ -14,32 +14,28 @@ Embedded users register it with their own registry::
 
 from __future__ import annotations
 
-import bisect
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
+from pyharvest.bindings.ops.latency import HISTOGRAMS, LATENCY_BUCKETS, PUBLISH_LATENCY, histograms_of, publish_buckets
+from pyharvest.bindings.ops.watch import outbox_binding
 from pyharvest.core.telemetry.client_restarts import HEALED_CLIENTS, restarts
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
+    from pyharvest.bindings.ops.watch import OutboxWatch
     from pyharvest.core.engine.harvest import HarvestEngine
 
 __all__ = ["LATENCY_BUCKETS", "BacklogCounter", "HarvestCollector"]
 
 log = logging.getLogger("pyharvest.metrics")
-
-#: Upper bounds (seconds) of the mark and purge latency histograms' buckets.
-LATENCY_BUCKETS: tuple[float, ...] = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-)
 
 # (metric suffix, HarvestMetrics attribute, help)
 _COUNTERS: tuple[tuple[str, str, str], ...] = (
@@ -59,66 +55,6 @@ _COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("transactions_aborted", "transactions_aborted", "Kafka transactions aborted; their records are remarked."),
     ("producer_fencings", "producer_fencings", "Times a newer leader's producer fenced this one's transactions."),
 )
-
-_HISTOGRAMS: tuple[tuple[str, str, str], ...] = (
-    ("mark_duration_seconds", "mark_seconds", "Time a mark statement took."),
-    ("purge_duration_seconds", "purge_seconds", "Time a purge took, retries included."),
-    ("transaction_duration_seconds", "transaction_seconds", "Time from a transaction's begin to its commit."),
-)
-
-
-class _Histogram:
-    """Cumulative buckets fed from a reservoir of observations."""
-
-    __slots__ = ("bounds", "counts", "sum", "total")
-
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = tuple(bounds)
-        self.counts = [0] * (len(self.bounds) + 1)  # the last one is +Inf
-        self.total = 0
-        self.sum = 0.0
-
-    def add(self, observations: Iterable[float]) -> None:
-        bounds, counts = self.bounds, self.counts
-        for v in observations:
-            counts[bisect.bisect_left(bounds, v)] += 1
-            self.total += 1
-            self.sum += v
-
-    def buckets(self) -> list[tuple[str, float]]:
-        out: list[tuple[str, float]] = []
-        running = 0
-        for bound, n in zip(self.bounds, self.counts, strict=False):
-            running += n
-            out.append((_le(bound), running))
-        out.append(("+Inf", self.total))
-        return out
-
-
-def _le(bound: float) -> str:
-    return repr(float(bound))
-
-
-class _HarvestHistograms:
-    """The histograms of one harvester, shared by every collector reading it, since draining
-    a reservoir takes its observations away from any other reader."""
-
-    def __init__(self, buckets: Sequence[float]) -> None:
-        self.lock = threading.Lock()
-        self.by_attr = {attr: _Histogram(buckets) for _, attr, _ in _HISTOGRAMS}
-
-
-_shared: weakref.WeakKeyDictionary[Any, _HarvestHistograms] = weakref.WeakKeyDictionary()
-_shared_lock = threading.Lock()
-
-
-def _histograms_of(harvest: HarvestEngine, buckets: Sequence[float]) -> _HarvestHistograms:
-    with _shared_lock:
-        h = _shared.get(harvest)
-        if h is None:
-            h = _shared[harvest] = _HarvestHistograms(buckets)
-        return h
-
 
 class BacklogCounter:
     """Counts the outbox every ``interval`` seconds on a daemon thread, through the binding's
@@ -147,7 +83,7 @@ class BacklogCounter:
             thread.join(timeout)
 
     def count_once(self) -> int | None:
-        count = getattr(_binding_of(self._harvest), "count", None)
+        count = getattr(outbox_binding(self._harvest), "count", None)
         if count is None:
             self.value = None
             return None
@@ -167,14 +103,6 @@ class BacklogCounter:
         while not self._stop.is_set():
             self.count_once()
             self._stop.wait(self.interval)
-
-
-def _binding_of(harvest: HarvestEngine) -> object | None:
-    # The engine holds its binding only while running; a public accessor is preferred if present.
-    binding = getattr(harvest, "binding", None)
-    if binding is None:
-        binding = getattr(harvest, "_binding", None)
-    return binding
 
 
 def client_restarts(ns: str) -> CounterMetricFamily:
@@ -203,9 +131,11 @@ def _copy_dict(d: dict[str, int]) -> dict[str, int]:
 class HarvestCollector(Collector):
     """Reads a :class:`~pyharvest.core.engine.harvest.HarvestEngine` at scrape time.
 
-    Every metric is prefixed with ``namespace`` (``pyharvest``). The mark and purge latency
-    histograms drain the engine's reservoirs; all collectors of one harvester share the
-    accumulated buckets, so registering two does not split the observations.
+    Every metric is prefixed with ``namespace`` (``pyharvest``). The latency histograms drain
+    the engine's reservoirs; all collectors of one harvester share the accumulated buckets, so
+    registering two does not split the observations. ``watch`` (an
+    :class:`~pyharvest.bindings.ops.watch.OutboxWatch`, which :func:`start_ops_server` starts)
+    adds the oldest row's age and the quarantine.
     """
 
     def __init__(
@@ -215,11 +145,13 @@ class HarvestCollector(Collector):
         namespace: str = "pyharvest",
         backlog: BacklogCounter | None = None,
         buckets: Sequence[float] = LATENCY_BUCKETS,
+        watch: OutboxWatch | None = None,
     ) -> None:
         self._harvest = harvest
         self._ns = namespace
         self._backlog = backlog
-        self._histograms = _histograms_of(harvest, sorted(buckets))
+        self._watch = watch
+        self._histograms = histograms_of(harvest, buckets)
 
     def describe(self) -> Iterable[Metric]:
         # Without describe(), a registry with auto_describe (the global REGISTRY) would call
@@ -294,10 +226,13 @@ class HarvestCollector(Collector):
 
         shared = self._histograms
         with shared.lock:
-            for suffix, attr, doc in _HISTOGRAMS:
+            shared.drain(h)
+            for suffix, attr, doc in HISTOGRAMS:
                 hist = shared.by_attr[attr]
-                hist.add(m.drain(attr))
                 yield HistogramMetricFamily(f"{ns}_{suffix}", doc, buckets=hist.buckets(), sum_value=hist.sum)
+        buckets, total = publish_buckets(h)
+        yield HistogramMetricFamily(f"{ns}_{PUBLISH_LATENCY[0]}", PUBLISH_LATENCY[1], buckets=buckets, sum_value=total)
+        yield from watch_gauges(ns, self._watch)
 
         backlog = self._backlog
         if backlog is not None and backlog.value is not None:
@@ -305,3 +240,23 @@ class HarvestCollector(Collector):
                 f"{ns}_backlog_records", "Rows in the outbox at the last count (metrics.backlogInterval).",
                 value=float(backlog.value),
             )
+
+
+def watch_gauges(ns: str, watch: OutboxWatch | None) -> Iterator[Metric]:
+    """The oldest row's age and the quarantine, as last read (absent while unknown)."""
+    if watch is None:
+        return
+    if watch.age is not None:
+        yield GaugeMetricFamily(
+            f"{ns}_oldest_record_age_seconds",
+            "Age of the oldest row in the outbox (the smallest id's create_time, set in the writer's "
+            "transaction), 0 when it is empty; read every metrics.ageInterval, leader or standby.",
+            value=watch.age,
+        )
+    if watch.quarantined is not None:
+        yield GaugeMetricFamily(
+            f"{ns}_quarantined_records",
+            "Poison records in the quarantine, one per parked key (the key's later records wait behind it): "
+            "reaper quarantine replay or discard releases them.",
+            value=float(len(watch.quarantined)),
+        )

@@ -1,4 +1,8 @@
-"""The operations HTTP server: ``/metrics`` (Prometheus), ``/healthz`` and ``/readyz``.
+"""The operations HTTP server: the status page, ``/metrics`` (Prometheus), ``/healthz`` and ``/readyz``.
+
+* ``/`` — the status page (:mod:`.status_page`): the process, its role for each shard, backlog
+  and lag, publish rate and latency over the last minutes, quarantined keys with the commands
+  that release them. ``Accept: application/json`` gets the same as JSON, as does ``/status``.
 
 * ``/healthz`` — liveness: 200 while the harvester is starting, running or stopping; 503 once
   it has stopped (crashed or stopped), so an orchestrator restarts the process.
@@ -9,7 +13,8 @@
 * ``/metrics`` — the Prometheus exposition (OpenMetrics when the scraper asks for it).
 
 None of them waits on the database or the broker: they read the harvester's last known state
-(the database is pinged in the background, :class:`~pyharvest.core.telemetry.health.DatabaseProbe`), so
+(the database is pinged in the background, :class:`~pyharvest.core.telemetry.health.DatabaseProbe`, on
+this server's own timer every :data:`~pyharvest.core.telemetry.health.PING_INTERVAL` while it runs), so
 they answer at once during an outage too, ``/readyz`` with 503 and what is down and why. A
 client that hangs up before its answer is sent is logged in one line.
 """
@@ -19,64 +24,27 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from pyharvest.core.engine.lifecycle import State
+from pyharvest.bindings.ops.probes import health_report, liveness_report
 from pyharvest.core.errors import HarvestError
+from pyharvest.core.telemetry.health import PING_INTERVAL
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
     from pyharvest.bindings.ops.collector import BacklogCounter
     from pyharvest.bindings.ops.shard_collector import ShardBacklog
+    from pyharvest.bindings.ops.watch import OutboxWatch
     from pyharvest.core.engine.harvest import HarvestEngine
     from pyharvest.core.engine.sharded import ShardedHarvestEngine
 
-__all__ = ["OpsServer", "health_report", "liveness_report"]
+__all__ = ["OpsServer", "health_report", "liveness_report"]  # the reports re-exported from .probes
 
 log = logging.getLogger("pyharvest.ops")
-
-
-def liveness_report(harvest: HarvestEngine | ShardedHarvestEngine) -> tuple[bool, dict[str, Any]]:
-    """``(alive, body)`` for ``/healthz``: alive until the harvester has stopped."""
-    state = harvest.state
-    alive = state is not State.STOPPED
-    return alive, {"status": "alive" if alive else "stopped", "state": state.value}
-
-
-def health_report(harvest: HarvestEngine | ShardedHarvestEngine) -> tuple[bool, dict[str, Any]]:
-    """``(ready, body)`` for ``/readyz``; ``body["down"]`` lists what is not up."""
-    health = harvest.health()
-    down = []
-    if not health.running:
-        down.append("harvester")
-    if health.broker_connected is False or health.broker_error is not None:
-        down.append("broker")
-    if health.database_connected is False:
-        down.append("database")
-    body: dict[str, Any] = {
-        "status": "ready" if health.ready else "not ready",
-        "state": harvest.state.value,
-        "role": "leader" if health.leader else "standby",
-        "running": health.running,
-        "broker_connected": health.broker_connected,
-        "database_connected": health.database_connected,
-        # PostgreSQL's LISTEN connection; None where the binding polls only. While it is down
-        # the harvester polls, so it does not make the process unready.
-        "change_feed_connected": health.change_feed_connected,
-    }
-    if down:
-        body["down"] = down
-    errors = {}
-    if health.broker_error is not None:
-        errors["broker"] = health.broker_error
-    if health.database_connected is False and health.database_error:
-        errors["database"] = health.database_error
-    if errors:
-        body["errors"] = errors
-    return health.ready, body
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -101,8 +69,8 @@ class _Handler(BaseHTTPRequestHandler):
             elif path == "/readyz":
                 ok, body = health_report(ops.harvest)
                 self._json(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, body, send_body)
-            elif path == "/":
-                self._json(HTTPStatus.OK, {"endpoints": ["/metrics", "/healthz", "/readyz"]}, send_body)
+            elif path in ("/", "/status"):
+                self._status(ops, path, send_body)
             else:
                 self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {path}"}, send_body)
         except _HUNG_UP as e:
@@ -120,6 +88,17 @@ class _Handler(BaseHTTPRequestHandler):
         encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
         self._send(HTTPStatus.OK, content_type, encoder(ops.registry), send_body)
 
+    def _status(self, ops: OpsServer, path: str, send_body: bool) -> None:
+        from pyharvest.bindings.ops.status import status_report
+
+        report = status_report(ops)
+        if path == "/status" or _prefers_json(self.headers.get("Accept", "")):
+            self._json(HTTPStatus.OK, report, send_body)
+            return
+        from pyharvest.bindings.ops.status_page import render_status_page
+
+        self._send(HTTPStatus.OK, "text/html; charset=utf-8", render_status_page(report).encode(), send_body)
+
     def _json(self, status: HTTPStatus, body: dict[str, Any], send_body: bool) -> None:
         self._send(status, "application/json", (json.dumps(body) + "\n").encode(), send_body)
 
@@ -134,6 +113,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
         log.debug("%s - %s", self.address_string(), format % args)
+
+
+def _prefers_json(accept: str) -> bool:
+    """Whether an ``Accept`` header asks for JSON rather than HTML (a browser's lists both,
+    HTML first; ``curl -H 'Accept: application/json'`` lists only JSON)."""
+    kinds = [part.split(";")[0].strip().lower() for part in accept.split(",")]
+    if "application/json" not in kinds:
+        return False
+    return "text/html" not in kinds or kinds.index("application/json") < kinds.index("text/html")
 
 
 # A client that closed its connection before (or while) its answer was written.
@@ -174,10 +162,18 @@ class OpsServer:
         address: str,
         port: int,
         backlog: BacklogCounter | ShardBacklog | None = None,
+        watch: OutboxWatch | None = None,
+        command_target: str | None = None,
     ) -> None:
         self.harvest = harvest
         self.registry = registry
         self.backlog = backlog
+        self.watch = watch
+        #: How the status page's ``reaper quarantine`` commands name the outbox (``-f reaper.yaml``).
+        self.command_target = command_target
+        self.started_at = time.time()
+        self._pinging = threading.Event()  # set: stop the ping timer
+        self._pinger = threading.Thread(target=self._ping_loop, name="pyharvest-ops-ping", daemon=True)
         try:
             server_cls: type[_Server] = _Server
             if ":" in address:  # an IPv6 literal
@@ -201,12 +197,15 @@ class OpsServer:
     def start(self) -> OpsServer:
         if self.backlog is not None:
             self.backlog.start()
+        if self.watch is not None:
+            self.watch.start()
+        self._pinger.start()
         self._thread.start()
         # Where it really listens: 0.0.0.0 is every interface, not only the loopback one.
         bound = str(self._server.server_address[0])
         everywhere = " (all interfaces)" if bound in ("0.0.0.0", "::") else ""  # noqa: S104
         log.info(
-            "metrics and health listening on %s:%d%s: /metrics, /healthz, /readyz",
+            "metrics and health listening on %s:%d%s: / (status page), /metrics, /healthz, /readyz",
             f"[{bound}]" if ":" in bound else bound, self.port, everywhere,
         )
         return self
@@ -225,8 +224,24 @@ class OpsServer:
             self._server.shutdown()
             self._thread.join(5.0)
         self._server.server_close()
+        self._pinging.set()
+        if self._pinger.is_alive():
+            self._pinger.join(5.0)
         if self.backlog is not None:
             self.backlog.stop()
+        if self.watch is not None:
+            self.watch.stop()
+
+    def _ping_loop(self) -> None:
+        # A probe reads the last answer: pinging on this timer keeps it at most an interval old.
+        while not self._pinging.is_set():
+            refresh = getattr(self.harvest, "refresh_health", None)
+            if refresh is not None:
+                try:
+                    refresh()
+                except Exception as e:  # noqa: BLE001 - the next tick tries again
+                    log.debug("refreshing health failed: %s", e)
+            self._pinging.wait(PING_INTERVAL)
 
     def __enter__(self) -> OpsServer:
         return self

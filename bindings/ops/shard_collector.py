@@ -10,12 +10,20 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
-from pyharvest.bindings.ops.collector import _COUNTERS, client_restarts, log
+from pyharvest.bindings.ops.collector import _COUNTERS, _copy_dict, client_restarts, log, watch_gauges
+from pyharvest.bindings.ops.latency import HISTOGRAMS, PUBLISH_LATENCY, histograms_of, publish_buckets
 
 if TYPE_CHECKING:
+    from pyharvest.bindings.ops.watch import OutboxWatch
     from pyharvest.core.engine.sharded import ShardedHarvestEngine
 
 __all__ = ["ShardBacklog", "ShardedHarvestCollector"]
@@ -60,14 +68,23 @@ class ShardBacklog:
 
 
 class ShardedHarvestCollector(Collector):
-    """Reads a :class:`~pyharvest.core.engine.sharded.ShardedHarvestEngine` at scrape time."""
+    """Reads a :class:`~pyharvest.core.engine.sharded.ShardedHarvestEngine` at scrape time.
+
+    ``pyharvest_leader{shard}`` has a series for every shard of the outbox, 0 for those this
+    process does not lead, so that a shard nobody leads shows (``max by (shard)`` is 0)."""
 
     def __init__(
-        self, harvest: ShardedHarvestEngine, *, namespace: str = "pyharvest", backlog: ShardBacklog | None = None
+        self,
+        harvest: ShardedHarvestEngine,
+        *,
+        namespace: str = "pyharvest",
+        backlog: ShardBacklog | None = None,
+        watch: OutboxWatch | None = None,
     ) -> None:
         self._harvest = harvest
         self._ns = namespace
         self._backlog = backlog
+        self._watch = watch
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -86,6 +103,9 @@ class ShardedHarvestCollector(Collector):
         if health.broker_connected is not None:
             yield GaugeMetricFamily(f"{ns}_broker_connected", "1 while the leader group's client reaches a broker.",
                                     value=1.0 if health.broker_connected else 0.0)
+        if health.database_connected is not None:
+            yield GaugeMetricFamily(f"{ns}_database_connected", "1 while the database answers.",
+                                    value=1.0 if health.database_connected else 0.0)
         if health.change_feed_connected is not None:
             yield GaugeMetricFamily(f"{ns}_change_feed_connected",
                                     "1 while the connection listening for the stasher's notifications is up.",
@@ -95,8 +115,10 @@ class ShardedHarvestCollector(Collector):
         leader = GaugeMetricFamily(f"{ns}_leader", "1 while this process leads the shard.", labels=["shard"])
         in_flight = GaugeMetricFamily(f"{ns}_in_flight_records", "Records sent and not yet acknowledged.",
                                       labels=["shard"])
+        led = {shard for shard, engine in engines if engine.is_leader}
+        for shard in range(cfg.shards):
+            leader.add_metric([str(shard)], 1.0 if shard in led else 0.0)
         for shard, engine in engines:
-            leader.add_metric([str(shard)], 1.0 if engine.is_leader else 0.0)
             in_flight.add_metric([str(shard)], float(engine.in_flight_records))
         yield leader
         yield in_flight
@@ -105,6 +127,25 @@ class ShardedHarvestCollector(Collector):
             for shard, engine in engines:
                 family.add_metric([str(shard)], float(getattr(engine.metrics, attr)))
             yield family
+        errors = CounterMetricFamily(f"{ns}_delivery_errors", "Deliveries Kafka refused, by error code.",
+                                     labels=["shard", "code"])
+        for shard, engine in engines:
+            for code, n in sorted(_copy_dict(engine.metrics.delivery_errors).items()):
+                errors.add_metric([str(shard), code], float(n))
+        yield errors
+        histograms = {suffix: HistogramMetricFamily(f"{ns}_{suffix}", doc, labels=["shard"])
+                      for suffix, _, doc in (*HISTOGRAMS, (PUBLISH_LATENCY[0], "", PUBLISH_LATENCY[1]))}
+        for shard, engine in engines:
+            shared = histograms_of(engine)
+            with shared.lock:
+                shared.drain(engine)
+                for suffix, attr, _ in HISTOGRAMS:
+                    hist = shared.by_attr[attr]
+                    histograms[suffix].add_metric([str(shard)], hist.buckets(), hist.sum)
+            buckets, total = publish_buckets(engine)
+            histograms[PUBLISH_LATENCY[0]].add_metric([str(shard)], buckets, total)
+        yield from histograms.values()
+        yield from watch_gauges(ns, self._watch)
         if self._backlog is not None:
             backlog = GaugeMetricFamily(f"{ns}_backlog_records", "Rows of the shard at the last count.",
                                         labels=["shard"])

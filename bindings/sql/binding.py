@@ -6,6 +6,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from itertools import islice
 from operator import attrgetter
 from typing import Any
@@ -79,7 +80,7 @@ class SqlBinding:
         self._id_batch = min(ID_BATCH, dialect.capabilities.list_limit or ID_BATCH)
         statements = OutboxStatements.build(outbox, dialect)
         self._purge, self._reset, self._reset_own = statements.purge, statements.reset, statements.reset_own
-        self._count = statements.count
+        self._count, self._oldest = statements.count, statements.oldest
         # The ping's look at the table: reads no row, fails if the table is gone.
         self._table_probe: sa.Select[Any] = (
             sa.select(sa.literal_column("1")).select_from(outbox.table).where(sa.false())
@@ -220,6 +221,13 @@ class SqlBinding:
         """Rows in the outbox (the backlog, marked or not)."""
         with self.engine.connect() as conn:
             return int(conn.execute(self._count).scalar_one())
+
+    def oldest_create_time(self) -> datetime | None:
+        """The ``create_time`` of the row with the smallest id (through the primary key's
+        index, not a scan); None when the outbox is empty."""
+        with self.engine.connect() as conn:
+            oldest: datetime | None = conn.execute(self._oldest).scalar()
+            return oldest
 
     def ping(self) -> None:
         """``SELECT 1``, then a look at the outbox table that reads no row: raises if the

@@ -1,6 +1,6 @@
 """Every statement the harvester runs on an outbox, built once per table and dialect.
 
-:class:`OutboxStatements` holds purge, reset and the backlog count for the binding;
+:class:`OutboxStatements` holds purge, reset, the backlog count and the oldest row's age for the binding;
 :func:`harvester_statements` compiles those, the mark and the quarantine's statements for a
 database without connecting to it (``reaper schema --statements``): a DBA can review what
 will run, and the SQL of databases that cannot run here becomes visible.
@@ -29,6 +29,8 @@ class OutboxStatements:
     #: A deposed leader's late reset must not unmark rows its successor has marked since.
     reset_own: sa.Update
     count: sa.Select[Any]
+    #: The oldest row's ``create_time``: one look-up through the primary key's index.
+    oldest: sa.Select[Any]
 
     @classmethod
     def build(cls, outbox: OutboxTable, dialect: Dialect) -> OutboxStatements:
@@ -39,6 +41,7 @@ class OutboxStatements:
             reset=sa.update(outbox.table).where(where).values(leader_id=sa.null()),
             reset_own=sa.update(outbox.table).where(where, own).values(leader_id=sa.null()),
             count=sa.select(sa.func.count()).select_from(outbox.table),
+            oldest=sa.select(outbox.table.c.create_time).order_by(outbox.id).limit(1),
         )
 
 
@@ -72,6 +75,7 @@ def harvester_statements(
         ("reset (failed records, remarked under a new leader id)", _compile(s.reset, target)),
         ("reset by a leader of its own marks only", _compile(s.reset_own, target)),
         ("backlog count", _compile(s.count, target)),
+        ("the oldest row's create_time (pyharvest_oldest_record_age_seconds)", _compile(s.oldest, target)),
     ]
     if q is not None:
         key = sa.bindparam("kafka_key", type_=q.key.type)
@@ -96,4 +100,7 @@ def _compile(statement: sa.Executable, dialect: sa.Dialect) -> str:
         return str(int(bind.value)) if isinstance(bind.value, int) else repr(bind.value)
 
     text = re.sub(r"__\[POSTCOMPILE_(\w+)\]", expand, str(compiled))
+    if dialect.paramstyle in ("format", "pyformat"):
+        # The driver's escape of a literal % (a modulo), not SQL: a DBA reads or runs the SQL itself.
+        text = text.replace("%%", "%")
     return re.sub(r"[ \t]*\n[ \t]*", "\n", text).strip()

@@ -169,10 +169,11 @@ def file_sections(data: object, section: str) -> Mapping[str, Any]:
     unknown = set(data) - FILE_SECTIONS
     if unknown:
         first = sorted(unknown, key=str)[0]
+        others = ", ".join(f"'{s}'" for s in sorted(FILE_SECTIONS - {section}))
         raise ConfigError(
             str(first),
             f"unknown top-level section; {did_you_mean(first, FILE_SECTIONS)}expected '{section}' and optionally "
-            "'logging'",
+            f"{others}",
         )
     return data
 

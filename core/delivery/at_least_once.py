@@ -46,7 +46,7 @@ class AtLeastOnce:
         mark_size = min(mark_size, max_in_flight)
         reports: deque[Flight] = deque()
         clients = kafka if shared is None else ShardKafkaClients(kafka, shared)
-        self._sender = Sender(config, clients, context.metrics, reports.append)
+        self._sender = Sender(config, clients, context.metrics, reports.append, context.spans)
         #: What the main loop hands marked records to: the gate under the dispatcher's lock.
         self.window = Dispatcher(KeyGate(max_in_flight), self._sender.send, queue_timeout=limits.queue_timeout or 0.0)
         self._delivery = DeliveryProcessor(
@@ -58,6 +58,7 @@ class AtLeastOnce:
             raise_remark=self.window.raise_remark,
             release=self.window.release,
             deadline=context.deadline,
+            spans=context.spans,
         )
         self._backoff = limits.io_error_backoff or 0.01
 

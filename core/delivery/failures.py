@@ -50,6 +50,12 @@ class FailedAttempts:
         self._metrics = metrics
         self._emit = emit
         self._attempts: dict[int, int] = {}
+        # The producer's settings name the principal in an ACL's refusal (the user, never a secret).
+        self._kafka_config = {**config.base_kafka_config, **config.producer_kafka_config}
+        # Each record's first refusal for good: later attempts can fail for a consequence of it
+        # (an invalid topic name is TOPIC_EXCEPTION once, then librdkafka's cached
+        # _UNKNOWN_TOPIC), whose hint ("create it") would send the operator the wrong way.
+        self._first_poison: dict[int, DeliveryError] = {}
 
     def judge(self, failures: Sequence[tuple[OutboxRecord, DeliveryError]], quarantine_on: bool) -> Verdicts:
         """Count each failure, emit :class:`DeliveryFailed`, and quarantine a poison record
@@ -63,15 +69,18 @@ class FailedAttempts:
             if rec.id is not None:
                 attempts = attempts_of.get(rec.id, 0) + 1
                 attempts_of[rec.id] = attempts
-            hint = ""
+            hint, cause = "", err
             if not err.retriable:
                 verdicts.poison += 1
-                hint = poison_hint(err.code, rec.topic, config.poison_policy if quarantine_on else "block")
+                if rec.id is not None:
+                    cause = self._first_poison.setdefault(rec.id, err)
+                policy = config.poison_policy if quarantine_on else "block"
+                hint = poison_hint(cause.code, rec.topic, policy, self._kafka_config)
                 verdicts.first_hint = verdicts.first_hint or hint
             verdicts.fatal = verdicts.fatal or err.fatal
             self._emit(DeliveryFailed(rec.id, rec.key, rec.topic, str(err), err.retriable, attempts, hint))
             if quarantine_on and not err.retriable and attempts >= max_attempts:
-                verdicts.quarantine.append(QuarantineEntry(rec, str(err), attempts))
+                verdicts.quarantine.append(QuarantineEntry(rec, str(cause), attempts))
             else:
                 verdicts.retry.append(i)
         return verdicts
@@ -81,6 +90,7 @@ class FailedAttempts:
         if self._attempts:
             for rid in ids:
                 self._attempts.pop(rid, None)
+                self._first_poison.pop(rid, None)
 
     def quarantined(self, entries: Sequence[QuarantineEntry]) -> None:
         """The quarantine of these records is stored: count, log and report it."""
@@ -88,7 +98,8 @@ class FailedAttempts:
         for q in entries:
             if q.record.id is not None:
                 self._attempts.pop(q.record.id, None)
-            hint = quarantine_hint(q.error.split(":", 1)[0], q.record.topic)
+                self._first_poison.pop(q.record.id, None)
+            hint = quarantine_hint(q.error.split(":", 1)[0], q.record.topic, self._kafka_config)
             log.error(
                 "quarantined key %r after %d failed attempts of record %s (topic %r): %s; "
                 "its later records are held back until the key is replayed or discarded. %s",

@@ -26,6 +26,7 @@ from pyharvest.core.ports.database import DatabaseBinding
 from pyharvest.core.ports.kafka import KafkaClients
 from pyharvest.core.telemetry.events import Event
 from pyharvest.core.telemetry.metrics import HarvestMetrics
+from pyharvest.core.telemetry.spans import BatchSpans
 
 __all__ = ["DeliveryMode", "DeliveryModeType", "ModeContext", "Window"]
 
@@ -43,6 +44,8 @@ class ModeContext:
     emit: Callable[[Event], None]
     #: Past it, settling gives up (the shutdown deadline; None while running).
     deadline: Callable[[], float | None]
+    #: The engine's trace spans: one per published batch and per purge (the mark's is the engine's).
+    spans: BatchSpans
     #: The one data producer a sharded process's shards share, if any.
     shared_producer: SharedProducer | None = None
 

@@ -29,6 +29,7 @@ from pyharvest.core.ports.kafka import DeliveryError, Producer
 from pyharvest.core.telemetry.events import Event, MeterRead
 from pyharvest.core.telemetry.logs import log
 from pyharvest.core.telemetry.metrics import HarvestMetrics, Meter
+from pyharvest.core.telemetry.spans import BatchSpans
 
 __all__ = ["COALESCE_SECONDS", "DeliveryProcessor", "Flight"]
 
@@ -71,8 +72,10 @@ class DeliveryProcessor:
         raise_remark: Callable[[], None],
         release: Callable[[list[str]], None],
         deadline: Callable[[], float | None],
+        spans: BatchSpans,
     ) -> None:
         self._config = config
+        self._spans = spans
         self._metrics = metrics
         self._meter = Meter("throughput", config.limits.min_metrics_interval)  # type: ignore[arg-type]
         self._coalesce_target = coalesce_target
@@ -137,6 +140,7 @@ class DeliveryProcessor:
             self._raise_remark()
             to_reset, to_quarantine = self._triage(failed, binding)
         if acked:
+            self._metrics.publish_latency.observe(f.record for f in batch if f.error is None)
             self._purge(binding, acked)
         if to_quarantine:
             assert isinstance(binding, QuarantineBinding)
@@ -172,7 +176,8 @@ class DeliveryProcessor:
     def _purge(self, binding: DatabaseBinding, acked: list[int]) -> None:
         metrics = self._metrics
         started = time.monotonic()
-        purged = self._with_retry("purge", binding.purge, acked)
+        with self._spans.purge(len(acked)):
+            purged = self._with_retry("purge", binding.purge, acked)
         metrics.observe(metrics.purge_seconds, time.monotonic() - started)
         if purged is not None:
             metrics.purge_statements += 1

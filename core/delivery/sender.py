@@ -16,6 +16,7 @@ from pyharvest.core.outbox.records import OutboxRecord
 from pyharvest.core.ports.kafka import DeliveryError, KafkaClients, ProduceError, Producer
 from pyharvest.core.telemetry.logs import log, one_line
 from pyharvest.core.telemetry.metrics import HarvestMetrics
+from pyharvest.core.telemetry.spans import BatchSpans
 
 __all__ = ["DEFAULT_DELIVERY_TIMEOUT_MS", "DEFAULT_LINGER_MS", "Sender", "producer_config"]
 
@@ -44,9 +45,15 @@ class Sender:
     """Owns the data producer from :meth:`open` to :meth:`detach`; reports go to ``sink``."""
 
     def __init__(
-        self, config: Config, kafka: KafkaClients, metrics: HarvestMetrics, sink: Callable[[Flight], None]
+        self,
+        config: Config,
+        kafka: KafkaClients,
+        metrics: HarvestMetrics,
+        sink: Callable[[Flight], None],
+        spans: BatchSpans,
     ) -> None:
         self._config = config
+        self._spans = spans
         self._kafka = kafka
         self._metrics = metrics
         self._sink = sink
@@ -62,19 +69,20 @@ class Sender:
         assert producer is not None
         sink = self._sink
         stamp = self._stamp
-        for rec in records:
-            flight = Flight(rec, sink)
-            headers = rec.headers
-            if stamp is not None:
-                # Consumers drop re-published copies by this identity (see pyharvest.inbox).
-                # A list: the Kafka client takes it as it is, where a tuple would be copied.
-                headers = [*headers, stamp, (RECORD_ID_HEADER, str(rec.id))]
-            try:
-                producer.produce(rec.topic, rec.key, rec.value, headers, flight)
-            except ProduceError as e:
-                flight(e.error)
-            except Exception as e:  # noqa: BLE001 - treated as a failed delivery: reset and remark
-                flight(DeliveryError("PRODUCE", one_line(e)))
+        with self._spans.publish(records):  # the batch handed to the producer: one span
+            for rec in records:
+                flight = Flight(rec, sink)
+                headers = rec.headers
+                if stamp is not None:
+                    # Consumers drop re-published copies by this identity (see pyharvest.inbox).
+                    # A list: the Kafka client takes it as it is, where a tuple would be copied.
+                    headers = [*headers, stamp, (RECORD_ID_HEADER, str(rec.id))]
+                try:
+                    producer.produce(rec.topic, rec.key, rec.value, headers, flight)
+                except ProduceError as e:
+                    flight(e.error)
+                except Exception as e:  # noqa: BLE001 - treated as a failed delivery: reset and remark
+                    flight(DeliveryError("PRODUCE", one_line(e)))
         self._metrics.records_published += len(records)
 
     def replace(self) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "SessionBounds",
     "choose_session",
     "leader_client_configs",
+    "session_setting_note",
     "shard_client_configs",
     "wanted_session",
 ]
@@ -97,14 +98,25 @@ def choose_session(heartbeat_timeout: float, bounds: SessionBounds | None) -> tu
     chosen = GroupSession(session_ms, heartbeat_ms, wanted.heartbeat_timeout_ms)
     if session_ms == wanted.session_ms:
         return chosen, None  # a heartbeat interval moved into the bounds changes the takeover by a fraction
+    if session_ms > wanted.session_ms:  # the broker's minimum raised it
+        consequence = (
+            f"so a process that dies without leaving has its shards taken over after up to {session_ms / 1000:g}s. "
+            "Lower the broker's minimums for a faster takeover"
+        )
+    else:  # its maximum capped it
+        consequence = (
+            f"a shorter session than asked: a member that stops heartbeating is expired after {session_ms / 1000:g}s "
+            f"(still after heartbeatTimeout, once it has fenced itself), so a broker or network hiccup longer than "
+            "that moves its shards. Raise group.consumer.max.session.timeout.ms for the session asked, or lower "
+            "limits.heartbeatTimeout"
+        )
     return chosen, (
         f"heartbeatTimeout {wanted.heartbeat_timeout_ms / 1000:g}s asks for a group session of "
         f"{wanted.session_ms / 1000:g}s and heartbeats every {wanted.heartbeat_ms / 1000:g}s, but the broker allows "
         f"sessions of {bounds.min_session_ms / 1000:g}-{bounds.max_session_ms / 1000:g}s and heartbeats every "
         f"{bounds.min_heartbeat_ms / 1000:g}-{bounds.max_heartbeat_ms / 1000:g}s "
         "(group.consumer.min/max.session.timeout.ms, group.consumer.min/max.heartbeat.interval.ms): the group gets "
-        f"{session_ms / 1000:g}s and {heartbeat_ms / 1000:g}s, so a process that dies without leaving has its shards "
-        f"taken over after up to {session_ms / 1000:g}s. Lower the broker's minimums for a faster takeover"
+        f"{session_ms / 1000:g}s and {heartbeat_ms / 1000:g}s, {consequence}"
     )
 
 
@@ -158,6 +170,26 @@ def leader_client_configs(
         # which readiness shows) rather than a local timeout.
         producer.setdefault("retries", 0)
     return consumer, producer
+
+
+def session_setting_note(config: KafkaConfigMap, heartbeat_timeout: float) -> str | None:
+    """What becomes of a ``session.timeout.ms`` in the Kafka configuration under the classic
+    protocol (goharvest's YAML has users put it in ``baseKafkaConfig``): the leader group's
+    session is three heartbeat timeouts whatever it says, and the producers never read it.
+    None when it is absent or already that."""
+    given = config.get("session.timeout.ms")
+    session = wanted_session(heartbeat_timeout)
+    if given is None or str(given) == str(session.session_ms):
+        return None
+    try:
+        asks = f" (limits.heartbeatTimeout: {int(str(given)) / 3000:g}s would give it)"
+    except ValueError:
+        asks = ""
+    return (
+        f"session.timeout.ms={given} in the Kafka configuration is not the leader group's session: that is 3 x "
+        f"limits.heartbeatTimeout, {session.session_ms} ms, so that a live leader fences itself before the group "
+        f"expires it; set limits.heartbeatTimeout to change it{asks}. The producers do not use it"
+    )
 
 
 REBALANCE_TIMEOUT_MS = 30_000

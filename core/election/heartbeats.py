@@ -8,7 +8,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from pyharvest.core.ports.kafka import DeliveryError, Producer
+from pyharvest.core.config.kafka_acls import Acl, is_authorization_failure, refused
+from pyharvest.core.ports.kafka import DeliveryError, KafkaConfigMap, Producer
 
 __all__ = ["Heartbeats"]
 
@@ -18,15 +19,19 @@ log = logging.getLogger("pyharvest.neli")
 
 class Heartbeats:
     """Publishes a member's heartbeats to its leader-topic partitions. A failed one is only
-    counted and logged now and then: a lost heartbeat is what fencing is for. While they keep
-    failing, :attr:`failing_since` and :attr:`last_error` say since when and why (readiness
+    counted and logged now and then: a lost heartbeat is what fencing is for. One an ACL
+    refused ends the harvester at the next send: no heartbeat will ever get through. While they
+    keep failing, :attr:`failing_since` and :attr:`last_error` say since when and why (readiness
     reports it: a cluster below ``min.insync.replicas`` refuses them)."""
 
-    def __init__(self, topic: str, name: str, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, topic: str, name: str, kafka_config: KafkaConfigMap | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.topic = topic
         self.name = name
         self._clock = clock
         self.errors = 0
+        self._kafka_config = kafka_config or {}
+        self._refused: DeliveryError | None = None
         #: When (monotonic) the heartbeats started failing; None while they are delivered.
         self.failing_since: float | None = None
         self.last_error: DeliveryError | None = None
@@ -42,6 +47,9 @@ class Heartbeats:
 
     def send(self, producer: Producer | None, partition: int) -> None:
         assert producer is not None
+        if self._refused is not None:
+            acl = Acl("topic", self.topic, ("Write",), "publishing heartbeats")
+            raise refused(self._kafka_config, acl, str(self._refused))
         value = f"{time.time_ns()}%{self.name}".encode()
         try:
             producer.produce(self.topic, self.name, value, (), self._delivered, partition=partition)
@@ -50,6 +58,8 @@ class Heartbeats:
 
     def _delivered(self, error: DeliveryError | None) -> None:
         if error is not None:
+            if is_authorization_failure(error.code):
+                self._refused = error
             self.last_error = error
             if self.failing_since is None:
                 self.failing_since = self._clock()

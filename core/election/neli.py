@@ -40,10 +40,11 @@ from pyharvest.core.election.group_protocol import (
     GroupSessions,
     choose_session,
     leader_client_configs,
+    session_setting_note,
     shard_client_configs,
 )
 from pyharvest.core.election.heartbeats import Heartbeats
-from pyharvest.core.errors import TopicError
+from pyharvest.core.errors import KafkaAuthorizationError, TopicError
 from pyharvest.core.ports.kafka import KafkaClients, KafkaConfigMap, LeaderConsumer, Producer
 
 __all__ = [
@@ -217,7 +218,7 @@ class ShardGroup:
         self._polled = False
         self._consumer: LeaderConsumer | None = None
         self._producer: Producer | None = None
-        self._heartbeats = Heartbeats(leader_topic, name, clock)
+        self._heartbeats = Heartbeats(leader_topic, name, kafka_config, clock)
 
     @property
     def owned(self) -> frozenset[int]:
@@ -242,13 +243,14 @@ class ShardGroup:
             return 0.0
         return max(0.0, self._last_poll + self.min_poll_interval - self._clock())
 
-    def start(self) -> None:
+    def topic_problem(self) -> str | None:
+        """Why the leader topic (created if missing) does not fit ``shards``; None if it does."""
         cfg = self._kafka_config
         self._clients.ensure_topic(cfg, self.leader_topic, partitions=self.shards)
         counted = getattr(self._clients, "topic_partitions", None)
         found = counted(cfg, self.leader_topic) if counted is not None else self.shards
         if found != self.shards:
-            raise TopicError(
+            return (
                 f"leader topic {self.leader_topic!r} has {found} partition(s) but shards is {self.shards}: "
                 f"each shard is one partition. Stop every reaper of group {self.group_id!r}, then name a new "
                 f"leaderTopic (created with {self.shards} partitions)"
@@ -259,8 +261,16 @@ class ShardGroup:
                 )
                 + "; see 'Changing the number of shards' in the docs"
             )
+        return None
+
+    def start(self) -> None:
+        cfg = self._kafka_config
+        if problem := self.topic_problem():
+            raise TopicError(problem)
         if self.group_protocol == GroupProtocol.CONSUMER:
             self._configure_consumer_group()
+        elif note := session_setting_note(cfg, self._heartbeat_timeout):
+            log.warning("%s", note)
         # Under the classic protocol one shard keeps the eager assignor every single-leader reaper
         # has used, so that old and new members can share a group through a rolling upgrade (a
         # group refuses a member whose assignment protocol differs); with one partition there is
@@ -301,6 +311,8 @@ class ShardGroup:
             log.warning("groupProtocol consumer: %s", note)
         try:
             self._clients.set_group_session(cfg, self.group_id, session)
+        except KafkaAuthorizationError:
+            raise
         except TopicError as e:
             shown = "unknown" if bounds is None else f"{bounds.default_session_ms / 1000:g}s"
             if bounds is not None and bounds.default_session_ms < session.heartbeat_timeout_ms:

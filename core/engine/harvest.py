@@ -55,6 +55,7 @@ from pyharvest.core.telemetry.health import DatabaseProbe, Health
 from pyharvest.core.telemetry.logs import label_thread, labelled, log, one_line
 from pyharvest.core.telemetry.metrics import HarvestMetrics
 from pyharvest.core.telemetry.repeats import CollapsingLogger
+from pyharvest.core.telemetry.spans import BatchSpans
 
 __all__ = ["HarvestEngine"]
 
@@ -100,6 +101,8 @@ class HarvestEngine(Lifecycle):
         self._shutdown_deadline: float | None = None
 
         self.metrics = HarvestMetrics()
+        #: One span per mark, published batch and purge (the delivery mode starts the latter two).
+        self._spans = BatchSpans(self.config.outbox_table, shard, self.config.delivery)
         #: How records reach Kafka (``config.delivery``); its window takes what the main loop marks.
         self._mode_type = delivery_mode(self.config)
         self._mode = self._mode_type(
@@ -110,6 +113,7 @@ class HarvestEngine(Lifecycle):
                 shard=shard,
                 emit=self._emit,
                 deadline=lambda: self._shutdown_deadline,
+                spans=self._spans,
                 shared_producer=shared_producer,
             )
         )
@@ -152,6 +156,10 @@ class HarvestEngine(Lifecycle):
         """The database binding while the harvester runs (``None`` before start and after
         stop); exporters use its optional extras (``count()`` for the backlog gauge)."""
         return self._binding
+
+    def refresh_health(self) -> None:
+        """Ping the database now, in the background (the operations server's timer)."""
+        self._database_probe.ping_now(self._binding)
 
     @property
     def backlog_in_memory(self) -> int:
@@ -289,9 +297,12 @@ class HarvestEngine(Lifecycle):
         self._wakeup.clear()
         started = time.monotonic()
         try:
-            records = self._binding.mark(leader_id, min(self._mark_size, free))
+            with self._spans.mark() as span:
+                records = self._binding.mark(leader_id, min(self._mark_size, free))
+                span.count(len(records))
         except Exception as e:  # noqa: BLE001 - the mark may have committed: remark
             self.metrics.mark_errors += 1
+            self._database_probe.note_failure(e)  # a missing table: not ready at once
             self._mark_failing = True
             self._repeats.log(
                 logging.WARNING,

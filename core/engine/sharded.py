@@ -22,7 +22,7 @@ from pyharvest.core.election.neli import ShardGroup, group_settings
 from pyharvest.core.engine.harvest import HarvestEngine
 from pyharvest.core.engine.lifecycle import Lifecycle, State
 from pyharvest.core.engine.modes import delivery_mode
-from pyharvest.core.errors import HarvestError
+from pyharvest.core.errors import BindingError, HarvestError, MissingGrantError
 from pyharvest.core.ports.database import ShardableBinding
 from pyharvest.core.ports.kafka import KafkaClients
 from pyharvest.core.telemetry.health import Health
@@ -88,6 +88,11 @@ class ShardedHarvestEngine(Lifecycle):
             broker_error=group.broker_error if group is not None else None,
         )
 
+    def refresh_health(self) -> None:
+        """Ping the database now through each shard's engine (the operations server's timer)."""
+        for engine in self.engines.values():
+            engine.refresh_health()
+
     def _open(self) -> None:
         cfg = self.config
         log.info(
@@ -100,12 +105,21 @@ class ShardedHarvestEngine(Lifecycle):
         )
         source = self._binding_source
         self._binding = source if isinstance(source, ShardableBinding) else source()
-        self._binding.for_shard(cfg.shards, 0).dispose()  # refuses a table that cannot be sharded
-        delivery_mode(cfg).check(self._kafka, cfg)  # once for every shard
-        self._producer = SharedProducer(self._kafka, producer_config(cfg))
         self._group = ShardGroup(
             self._kafka, shards=cfg.shards, on_assigned=self._ensure_engine, **group_settings(cfg)
         )
+        try:
+            self._binding.for_shard(cfg.shards, 0).dispose()  # refuses a table that cannot be sharded
+        except MissingGrantError:
+            raise  # a privilege to grant, not the table's shape: the leader topic has nothing to add
+        except BindingError as e:
+            # A change of shards usually needs the table and the leader topic both changed: say both.
+            topic = self._group.topic_problem()
+            if topic is None:
+                raise
+            raise BindingError(f"two things keep shards: {cfg.shards} from starting: 1) {e}; 2) {topic}") from e
+        delivery_mode(cfg).check(self._kafka, cfg)  # once for every shard
+        self._producer = SharedProducer(self._kafka, producer_config(cfg))
         self._group.start()
 
     def _launch(self) -> None:

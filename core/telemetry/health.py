@@ -6,6 +6,11 @@ no answer kills the process, which brings no database back. So :class:`DatabaseP
 pings on the caller's thread. It answers the last known state; at most every
 :data:`PING_INTERVAL` it starts one ping in the background, and a ping still unanswered after
 :data:`PING_TIMEOUT` counts as a database that does not answer, until one comes back.
+
+A probe that starts the ping it needs reads the previous answer, so the operations server
+also pings on a timer of its own (:meth:`DatabaseProbe.ping_now`, every :data:`PING_INTERVAL`),
+and the engine reports the missing table it meets (:meth:`DatabaseProbe.note_failure`) at
+once: a probe that comes two intervals after the database or the table went away gets 503.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pyharvest.core.config.masking import mask_data_source
+from pyharvest.core.errors import TableNotFoundError
 from pyharvest.core.ports.database import DatabaseBinding
 from pyharvest.core.telemetry.logs import log, one_line
 
@@ -77,20 +84,40 @@ class DatabaseProbe:
         now = time.monotonic()
         with self._lock:
             if self._pinging_since is None and now - self._answered_at >= self.interval:
-                self._pinging_since = now
-                threading.Thread(target=self._ping, args=(ping,), name="pyharvest-db-ping", daemon=True).start()
+                self._start(ping, now)
             since, answer, error = self._pinging_since, self._answer, self._error
         if since is not None and now - since > self.timeout:
             return False, f"the database has not answered a ping for {now - since:.1f}s"
         return answer, error
+
+    def ping_now(self, binding: DatabaseBinding | None) -> None:
+        """Start a ping in the background unless one is in flight (a timer's call)."""
+        ping: Callable[[], object] | None = getattr(binding, "ping", None)
+        if ping is not None:
+            with self._lock:
+                if self._pinging_since is None:
+                    self._start(ping, time.monotonic())
+
+    def note_failure(self, error: BaseException) -> None:
+        """The engine met ``error``; a missing table (:class:`TableNotFoundError`) makes the
+        database count as down at once, until a ping answers again."""
+        if isinstance(error, TableNotFoundError):
+            with self._lock:
+                self._answer, self._error = False, one_line(error)
+                self._answered_at = time.monotonic()
+
+    def _start(self, ping: Callable[[], object], now: float) -> None:
+        self._pinging_since = now  # under the lock
+        threading.Thread(target=self._ping, args=(ping,), name="pyharvest-db-ping", daemon=True).start()
 
     def _ping(self, ping: Callable[[], object]) -> None:
         try:
             ping()
             answer, error = True, None
         except Exception as e:  # noqa: BLE001 - reported as not ready, with its reason
-            log.debug("database ping failed: %s", one_line(e))
-            answer, error = False, one_line(e)
+            # /readyz shows the reason: a driver that quotes its connection URL keeps its password.
+            answer, error = False, mask_data_source(one_line(e))
+            log.debug("database ping failed: %s", error)
         with self._lock:
             self._answer, self._error = answer, error
             self._answered_at = time.monotonic()

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyharvest.core.telemetry.events import MeterStats
+from pyharvest.core.telemetry.latency import PublishLatency
 
 __all__ = ["HarvestMetrics", "Meter"]
 
@@ -63,6 +64,9 @@ class HarvestMetrics:
     mark_seconds: list[float] = field(default_factory=list)
     purge_seconds: list[float] = field(default_factory=list)
     transaction_seconds: list[float] = field(default_factory=list)
+    #: Each published record's ``create_time`` to its acknowledgement (exactly once: to its
+    #: transaction's commit), every record counted.
+    publish_latency: PublishLatency = field(default_factory=PublishLatency)
 
     def observe(self, bucket: list[float], seconds: float) -> None:
         # A bounded reservoir: exporters drain it; without an exporter it stays small.

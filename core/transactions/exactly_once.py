@@ -43,6 +43,7 @@ class ExactlyOnce:
             shard=context.shard or 0,
             emit=context.emit,
             deadline=context.deadline,
+            spans=context.spans,
         )
         self._heartbeat_timeout = limits.heartbeat_timeout or 1.0
 

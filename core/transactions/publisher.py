@@ -40,7 +40,7 @@ from typing import cast
 from pyharvest.core.config.choices import PoisonPolicy
 from pyharvest.core.config.settings import Config
 from pyharvest.core.delivery.failures import FailedAttempts, settle
-from pyharvest.core.errors import HarvestError
+from pyharvest.core.errors import HarvestError, KafkaAuthorizationError
 from pyharvest.core.outbox.identity import RECORD_ID_HEADER, identity_stamp
 from pyharvest.core.outbox.records import OutboxRecord
 from pyharvest.core.ports.database import DatabaseBinding, QuarantineBinding
@@ -55,6 +55,7 @@ from pyharvest.core.ports.kafka import (
 from pyharvest.core.telemetry.events import Event
 from pyharvest.core.telemetry.logs import log, one_line
 from pyharvest.core.telemetry.metrics import HarvestMetrics
+from pyharvest.core.telemetry.spans import BatchSpans
 from pyharvest.core.transactions.progress import (
     TRANSACTION_CALL_SECONDS,
     decode_progress,
@@ -85,8 +86,10 @@ class TransactionalPublisher:
         shard: int,
         emit: Callable[[Event], None],
         deadline: Callable[[], float | None],
+        spans: BatchSpans,
     ) -> None:
         self._config = config
+        self._spans = spans
         self._kafka = transactional_clients(kafka)
         self._metrics = metrics
         self._shard = shard
@@ -146,6 +149,9 @@ class TransactionalPublisher:
             value = kafka.last_committed(
                 cfg.base_kafka_config, cfg.progress_topic, self._shard, TRANSACTION_CALL_SECONDS
             )
+        except KafkaAuthorizationError:
+            producer.close()  # an ACL missing: no retry will get through
+            raise
         except (TransactionError, TopicError) as e:
             producer.close()
             log.warning("taking over the shard's transactions failed, retrying: %s", one_line(e))
@@ -179,6 +185,10 @@ class TransactionalPublisher:
         """Publish ``batch`` and its progress record in one transaction; purge the previous
         transaction's rows while the records are on their way, and before the commit (rule 2).
         Returns the ids committed, or None."""
+        with self._spans.publish(batch):  # one span from the transaction's begin to its commit
+            return self._transact_batch(binding, batch)
+
+    def _transact_batch(self, binding: DatabaseBinding, batch: list[OutboxRecord]) -> list[int] | None:
         producer = self._producer
         assert producer is not None
         failures: list[tuple[OutboxRecord, DeliveryError]] = []
@@ -215,6 +225,7 @@ class TransactionalPublisher:
         metrics.transactions_committed += 1
         metrics.records_published += len(batch)
         metrics.observe(metrics.transaction_seconds, time.monotonic() - started)
+        metrics.publish_latency.observe(batch)
         self._failures.settled(ids)
         self.poison_streak = 0
         return ids
@@ -335,15 +346,16 @@ class TransactionalPublisher:
         deadline; return whether they went."""
         metrics = self._metrics
         started = time.monotonic()
-        purged = settle(
-            f"purge of {what}",
-            binding.purge,
-            ids,
-            metrics=metrics,
-            pause=self._pause,
-            may_retry=self._may_retry,
-            giving_up="the next takeover purges them",
-        )
+        with self._spans.purge(len(ids)):
+            purged = settle(
+                f"purge of {what}",
+                binding.purge,
+                ids,
+                metrics=metrics,
+                pause=self._pause,
+                may_retry=self._may_retry,
+                giving_up="the next takeover purges them",
+            )
         if purged is None:
             return False
         metrics.observe(metrics.purge_seconds, time.monotonic() - started)

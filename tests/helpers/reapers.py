@@ -1,4 +1,5 @@
-"""Harvesters under test: ``reaper`` processes (one, or a sharded group to kill at random), the
+"""Harvesters under test: ``reaper`` processes (one, or a sharded group to kill at random; one
+watched from outside through its operations server, :class:`ReaperProcess`), the
 configurations they run with, and the topic they filled, checked at the end."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -23,7 +25,7 @@ from tests.helpers.waiting import wait_until
 
 
 class Reaper:
-    def __init__(self, config_path: Path, log_path: Path) -> None:
+    def __init__(self, config_path: Path, log_path: Path, cwd: Path | None = None) -> None:
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(
@@ -31,6 +33,7 @@ class Reaper:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            cwd=cwd,
         )
 
     def log(self) -> str:
@@ -52,6 +55,50 @@ class Reaper:
         finally:
             self._log.close()
 
+
+_LISTENING = re.compile(r"metrics and health listening on \[?([0-9a-fA-F.:]+?)\]?:(\d+)")
+
+
+class ReaperProcess(Reaper):
+    """A ``reaper`` for tests that watch it from outside (a browser, Prometheus): started from a
+    configuration mapping written to ``folder`` as ``reaper -f NAME.yaml`` there (as an operator
+    types it), its operations server found from its log, stopped by a signal."""
+
+    def __init__(self, config: dict[str, Any], folder: Path, name: str = "reaper") -> None:
+        self.folder = folder
+        self.config_path = folder / f"{name}.yaml"
+        self.config_path.write_text(yaml.safe_dump(config))
+        super().__init__(Path(self.config_path.name), folder / f"{name}.log", cwd=folder)
+
+    def ops_url(self, timeout: float = 60.0) -> str:
+        """The operations server's base URL, once its start-up line is logged."""
+        found: list[re.Match[str]] = []
+
+        def listening() -> bool:
+            assert self.proc.poll() is None, f"reaper exited ({self.proc.returncode}):\n{self.log()}"
+            found[:] = [m for m in [_LISTENING.search(self.log())] if m]
+            return bool(found)
+
+        wait_until(listening, timeout, "the reaper to log its metrics address", interval=0.1)
+        return f"http://127.0.0.1:{found[0].group(2)}"
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+        """Signal it and wait for it to exit (killed after ``timeout``); its exit status."""
+        if self.proc.poll() is None:
+            self.signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+        return self.proc.returncode
+
+    def __enter__(self) -> ReaperProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def config(bootstrap: str, url: str, table: str, **overrides) -> Config:
