@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from pyharvest.core.election.neli import LeaderStatus, Neli, ShardGroup
+from pyharvest.core.election.lease import LeaderStatus
+from pyharvest.core.election.neli import Neli, ShardGroup
 from pyharvest.core.errors import TopicError
 from pyharvest.core.ports.kafka import DeliveryError
 from tests.helpers.group_fakes import Clients, Clock, Consumer

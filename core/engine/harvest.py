@@ -44,7 +44,8 @@ from collections.abc import Callable
 from pyharvest.core.config.settings import Config, mask_data_source, mask_kafka_config
 from pyharvest.core.delivery.mode import ModeContext
 from pyharvest.core.delivery.shared_producer import SharedProducer
-from pyharvest.core.election.neli import Leadership, LeaderStatus, Neli, group_settings
+from pyharvest.core.election.lease import Leadership, LeaderStatus
+from pyharvest.core.election.neli import Neli, group_settings
 from pyharvest.core.engine.idle import IdleBackoff, Wakeup
 from pyharvest.core.engine.lifecycle import Lifecycle, State
 from pyharvest.core.engine.modes import delivery_mode
