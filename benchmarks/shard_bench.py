@@ -206,7 +206,8 @@ class Reaper:
 
 def start_reapers(workdir: Path, processes: int, shards: int, bootstrap: str, url: str, table: str,
                   kafka: dict[str, Any] | None = None, group_protocol: str = "classic",
-                  heartbeat_timeout: str | None = None, delivery: str = "at-least-once") -> list[Reaper]:
+                  heartbeat_timeout: str | None = None, delivery: str = "at-least-once",
+                  producer: dict[str, Any] | None = None) -> list[Reaper]:
     config = workdir / f"reaper-{uuid.uuid4().hex[:6]}.yaml"
     harvest: dict[str, Any] = {"baseKafkaConfig": {"bootstrap.servers": bootstrap, **(kafka or {})},
                                "leaderGroupID": f"shardbench-{uuid.uuid4().hex[:8]}",
@@ -219,6 +220,8 @@ def start_reapers(workdir: Path, processes: int, shards: int, bootstrap: str, ur
         harvest["limits"] = {"heartbeatTimeout": heartbeat_timeout}
     if delivery != "at-least-once":
         harvest["delivery"] = delivery
+    if producer:
+        harvest["producerKafkaConfig"] = producer
     config.write_text(yaml.safe_dump({"harvest": harvest, "logging": {"level": "Info"}}))
     return [Reaper(config, workdir / f"{config.stem}-{n}.log") for n in range(processes)]
 

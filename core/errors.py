@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-__all__ = ["BindingError", "ConfigError", "HarvestError", "KafkaPropertyError", "TableNotFoundError", "TopicError"]
+__all__ = [
+    "BindingError",
+    "ConfigError",
+    "HarvestError",
+    "KafkaAuthorizationError",
+    "KafkaPropertyError",
+    "MissingGrantError",
+    "TableNotFoundError",
+    "TopicError",
+]
 
 
 class HarvestError(Exception):
@@ -51,3 +60,29 @@ class KafkaPropertyError(TopicError):
         super().__init__(message)
         self.property = property
         self.detail = detail
+
+
+class KafkaAuthorizationError(TopicError):
+    """Kafka refused a request for want of an ACL. The message names the principal, the
+    operations to grant on which resource, and the ``kafka-acls.sh`` command that grants them;
+    ``principal`` is ``None`` where the broker derives it (Kerberos, OAuth, a certificate)."""
+
+    def __init__(
+        self, message: str, principal: str | None, operations: tuple[str, ...], resource: str, name: str
+    ) -> None:
+        super().__init__(message)
+        self.principal = principal
+        self.operations = operations
+        self.resource = resource
+        self.name = name
+
+
+class MissingGrantError(BindingError):
+    """The database refused a statement for want of a privilege. The message names the
+    privilege, the table and the role, and the ``GRANT`` that gives it."""
+
+    def __init__(self, message: str, privilege: str, table: str, role: str) -> None:
+        super().__init__(message)
+        self.privilege = privilege
+        self.table = table
+        self.role = role

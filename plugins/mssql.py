@@ -52,7 +52,8 @@ DIALECT = DialectOptions(
     url_backends=("mssql", "microsoft"),  # the second: Django's vendor name for mssql-django
     # 2,100 parameters a statement: lists stay at the default 1,000.
     capabilities=Capabilities(
-        transactional_ddl=True, driver_packages=(("pymssql", "pyharvest[mssql]"), ("pyodbc", "pyodbc"))
+        transactional_ddl=True, driver_packages=(("pymssql", "pyharvest[mssql]"), ("pyodbc", "pyodbc")),
+        privilege_errors=(229, 230),  # the permission was denied on the object, on the column
     ),
     tables={NATIVE: _NATIVE_DDL},
     # literal_limit=False: SQLAlchemy renders an integer limit as TOP (n), a literal column as ROW_NUMBER().

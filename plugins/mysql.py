@@ -45,6 +45,7 @@ DIALECT = DialectOptions(
     name="mysql",
     url_backends=("mysql", "mariadb"),
     capabilities=Capabilities(
+        account_grantees=True, privilege_errors=(1142, 1143),  # table, column access denied
         driver_packages=(
             ("pymysql", "pyharvest[mysql]"), ("mysqldb", "mysqlclient"), ("mysqlconnector", "mysql-connector-python"),
             ("mariadbconnector", "mariadb"), ("asyncmy", "asyncmy"), ("aiomysql", "aiomysql"),

@@ -51,7 +51,8 @@ DIALECT = DialectOptions(
     name="oracle",
     # DDL commits implicitly; IN lists stop at 1,000 (the default list limit).
     capabilities=Capabilities(
-        transactional_ddl=False, driver_packages=(("oracledb", "pyharvest[oracle]"), ("cx_oracle", "cx_Oracle"))
+        transactional_ddl=False, driver_packages=(("oracledb", "pyharvest[oracle]"), ("cx_oracle", "cx_Oracle")),
+        privilege_errors=(1031,),  # ORA-01031: insufficient privileges
     ),
     tables={NATIVE: _NATIVE_DDL},
     # lock=False: Oracle refuses FOR UPDATE beside FETCH FIRST; the update's own row locks serialise markers.

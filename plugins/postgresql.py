@@ -53,7 +53,8 @@ _NATIVE_DDL = TableOptions(identity=sa.Identity(), table_kwargs={"postgresql_wit
 DIALECT = DialectOptions(
     name="postgresql",
     capabilities=Capabilities(
-        aware_timestamps=True, transactional_ddl=True, list_limit=None,
+        aware_timestamps=True, transactional_ddl=True, list_limit=None, schema_usage=True, serial_sequences=True,
+        privilege_errors=("42501",),
         driver_packages=(
             ("psycopg", "pyharvest[postgresql]"), ("psycopg2", "psycopg2-binary"), ("asyncpg", "asyncpg"),
             ("pg8000", "pg8000"),

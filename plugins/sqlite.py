@@ -41,6 +41,7 @@ DIALECT = DialectOptions(
     capabilities=Capabilities(
         transactional_ddl=True,
         integer_ids=True,
+        grants=False,  # no roles: the file's permissions decide
         driver_packages=(("pysqlite", "(Python's sqlite3)"), ("aiosqlite", "aiosqlite")),
     ),
     tables={NATIVE: _NATIVE_DDL},

@@ -4,6 +4,7 @@
     reaper init-db -f reaper.yaml            create the outbox table if missing (or --data-source URL)
     reaper schema --binding postgresql       print the outbox DDL
     reaper broker [--port 9092]              the embedded broker, in the foreground (development)
+    reaper acls -f reaper.yaml --topic T     print the kafka-acls.sh commands of the Kafka ACLs it needs
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 from pyharvest._commands.exits import EXIT_OK, EXIT_USAGE, error_exit
 from pyharvest._commands.files import add_file_argument
 from pyharvest._commands.process import run_command, setup_logging
+from pyharvest._commands.schema import GRANT_COMPONENTS
 from pyharvest._version import __version__
 from pyharvest.core.config.choices import PoisonPolicy
 from pyharvest.core.config.settings import mask_data_source, resolve_section, section_errors
@@ -137,19 +139,26 @@ def check_harvest_config(cfg: HarvestConfig) -> None:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    from pyharvest._commands.schema import grants_of, schema_target
     from pyharvest.bindings.sql import schema_ddl
 
-    print(schema_ddl(args.binding, args.table), end="")
+    if args.grants and not args.role:
+        return error_exit("--grants needs --role ROLE: the role (or user) to grant to", EXIT_USAGE)
+    target = schema_target(args)
+    if args.grants:
+        print(grants_of(target, args.grants, args.role), end="")
+        return EXIT_OK
+    print(schema_ddl(target.binding, target.table), end="")
     if args.statements:
         from pyharvest.bindings.sql.statements import harvester_statements
         from pyharvest.plugins.api import OutboxTable, load_dialect, parse_table_name
 
-        outbox = OutboxTable.build(parse_table_name(args.table))
+        outbox = OutboxTable.build(parse_table_name(target.table))
         for what, sql in harvester_statements(
-            load_dialect(args.binding),
+            load_dialect(target.binding),
             outbox,
-            quarantine=args.poison_policy == PoisonPolicy.QUARANTINE,
-            shards=args.shards,
+            quarantine=target.poison_policy == PoisonPolicy.QUARANTINE,
+            shards=target.shards,
         ):
             print(f"\n-- {what}\n{sql};")
     return EXIT_OK
@@ -227,21 +236,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     init.set_defaults(func=cmd_init_db)
 
-    schema = sub.add_parser("schema", help="print the outbox table's DDL for a dialect")
-    schema.add_argument("--binding", required=True, help="dialect plugin name, e.g. postgresql, sqlite, mysql")
-    schema.add_argument("--table", default="outbox", help="outbox table name, optionally schema-qualified")
+    schema = sub.add_parser(
+        "schema", help="print the outbox table's DDL for a dialect (or the grants a component needs)",
+        description="Print the outbox table's DDL for a dialect, the statements the harvester runs (--statements), "
+        "or the GRANT statements a component needs (--grants). The dialect, table, poison policy and shards come "
+        "from the flags, from -f FILE (as init-db takes them) or from --data-source's scheme; nothing connects.",
+    )
+    add_file_argument(schema, "the dialect, table, poison policy and shards")
+    schema.add_argument("--data-source", help="a data source whose scheme names the dialect (nothing connects)")
+    schema.add_argument("--binding", default=None, help="dialect plugin name, e.g. postgresql, sqlite, mysql")
+    schema.add_argument("--table", default=None, help="outbox table name, optionally schema-qualified (default outbox)")
     schema.add_argument(
         "--statements", action="store_true",
         help="also print every statement the harvester runs (mark, purge, reset, quarantine), compiled for it",
     )
     schema.add_argument(
-        "--poison-policy", choices=[p.value for p in PoisonPolicy], default=PoisonPolicy.BLOCK.value,
-        help="with --statements: the statements of this policy (quarantine adds the key filter and its table)",
+        "--poison-policy", choices=[p.value for p in PoisonPolicy], default=None,
+        help="with --statements or --grants: this policy's (quarantine adds the key filter and its table); "
+        "default block",
     )
     schema.add_argument(
-        "--shards", type=_positive, default=1,
-        help="with --statements: the shard index and a shard's mark for this many shards",
+        "--shards", type=_positive, default=None,
+        help="with --statements or --grants: for this many shards (the shard index, a shard's mark); default 1",
     )
+    schema.add_argument(
+        "--grants", choices=GRANT_COMPONENTS, metavar="COMPONENT",
+        help="print the GRANT statements COMPONENT needs and no more: reaper, stasher, inbox or verify",
+    )
+    schema.add_argument("--role", help="with --grants: the role (on MySQL/MariaDB also user@host) to grant to")
     schema.set_defaults(func=cmd_schema)
 
     for extra in _extra_commands:
@@ -250,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_extras(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from pyharvest._commands.acls import register as register_acls
     from pyharvest._commands.broker import register as register_broker
     from pyharvest._commands.inbox import register as register_inbox
     from pyharvest._commands.quarantine import register as register_quarantine
@@ -261,6 +284,7 @@ def _register_extras(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     register_inbox(sub)
     register_quarantine(sub)
     register_broker(sub)
+    register_acls(sub)
 
 
 # Sub-commands that live in their own modules.

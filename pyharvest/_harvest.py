@@ -13,6 +13,7 @@ from pyharvest.core.engine.sharded import ShardedHarvestEngine
 from pyharvest.core.errors import ConfigError
 from pyharvest.core.ports.database import DatabaseBinding, ShardableBinding
 from pyharvest.core.ports.kafka import KafkaClients
+from pyharvest.core.ports.stuck_clients import heal_after
 from pyharvest.core.telemetry.events import EventHandler
 from pyharvest.core.telemetry.health import Health
 from pyharvest.core.telemetry.metrics import HarvestMetrics
@@ -39,10 +40,13 @@ def _sql_binding(config: Config) -> Callable[[], SqlBinding]:
     return create
 
 
-def _confluent() -> KafkaClients:
+def _confluent(config: Config) -> KafkaClients:
     from pyharvest.bindings.kafka.transactions import ConfluentTransactionalClients
 
-    return ConfluentTransactionalClients()
+    # A client stuck for three of the leader group's sessions, while the cluster answers a
+    # fresh one, is replaced (pyharvest.core.ports.stuck_clients).
+    assert config.limits.heartbeat_timeout is not None  # resolved
+    return ConfluentTransactionalClients(heal_after=heal_after(config.limits.heartbeat_timeout))
 
 
 class Harvest:
@@ -82,7 +86,7 @@ class Harvest:
 
         install_tracing()  # per-batch spans, recorded once OpenTelemetry has a tracer provider
         source = _sql_binding(resolved) if binding is None else binding
-        clients = _confluent() if kafka is None else kafka
+        clients = _confluent(resolved) if kafka is None else kafka
         self.runner: HarvestEngine | ShardedHarvestEngine
         if resolved.shards == 1:
             self.runner = HarvestEngine(resolved, binding=source, kafka=clients)

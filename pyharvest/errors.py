@@ -2,9 +2,9 @@
 wrong and what to do about it.
 
 * :class:`HarvestError` is the base of pyharvest's own: :class:`ConfigError` (a setting,
-  named in the message), :class:`BindingError` (the database: :class:`TableNotFoundError`),
-  :class:`TopicError` (Kafka: :class:`KafkaPropertyError`), :class:`InboxError` (the inbox:
-  :class:`HandlerError`).
+  named in the message), :class:`BindingError` (the database: :class:`TableNotFoundError`,
+  :class:`MissingGrantError`), :class:`TopicError` (Kafka: :class:`KafkaPropertyError`,
+  :class:`KafkaAuthorizationError`), :class:`InboxError` (the inbox: :class:`HandlerError`).
 * A record the stasher refuses before writing anything: :class:`InvalidRecordError` (a
   ``ValueError``), :class:`KeyTooLongError` and :class:`RecordTooLargeError`; a table it
   cannot write: :class:`OutboxTableMissingError`, :class:`OutboxTableChangedError`.
@@ -15,7 +15,9 @@ from pyharvest.core.errors import (
     BindingError,
     ConfigError,
     HarvestError,
+    KafkaAuthorizationError,
     KafkaPropertyError,
+    MissingGrantError,
     TableNotFoundError,
     TopicError,
 )
@@ -35,8 +37,10 @@ __all__ = [
     "HarvestError",
     "InboxError",
     "InvalidRecordError",
+    "KafkaAuthorizationError",
     "KafkaPropertyError",
     "KeyTooLongError",
+    "MissingGrantError",
     "OutboxTableChangedError",
     "OutboxTableMissingError",
     "RecordTooLargeError",

@@ -1,4 +1,4 @@
-pytest_plugins = ["tests.helpers.fixtures.databases", "tests.helpers.fixtures.kafka"]
+pytest_plugins = ["tests.helpers.fixtures.databases", "tests.helpers.fixtures.kafka", "tests.helpers.fixtures.secure_kafka"]
 
 
 def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201

@@ -1,7 +1,9 @@
 """The broker fails under a draining harvester: Apache Kafka's JVM is SIGKILLed and kept down,
-or SIGSTOPped for longer than the clients' request timeouts. Nothing may be lost or reordered,
-the harvester must carry on by itself (no restart), and ``/readyz`` must say not ready while
-the broker is gone.
+or SIGSTOPped for longer than the clients' request timeouts, or (through a Kafka-aware proxy)
+answers metadata with no brokers, as a lone node does right after its controller fenced it.
+Nothing may be lost or reordered, the harvester must carry on by itself (no restart: a client
+librdkafka leaves stuck is replaced, pyharvest.core.ports.stuck_clients), and ``/readyz`` must say not
+ready while the broker is gone.
 
 Each test runs a private Apache Kafka (``tests.helpers.faults.apache``), so that the broker the rest of
 the suite shares is never touched.
@@ -15,8 +17,11 @@ import pytest
 
 from benchmarks.topic_check import read_back
 from pyharvest import Harvest
+from pyharvest.bindings.kafka.embedded import free_port
 from pyharvest.bindings.sql import create_outbox_table
+from pyharvest.core.telemetry.client_restarts import restarts
 from tests.helpers.faults.apache import ApacheKafka
+from tests.helpers.faults.metadata_proxy import MetadataProxy
 from tests.helpers.fixtures.kafka import on_embedded_broker
 from tests.helpers.outbox import Writer, outbox_count
 from tests.helpers.reapers import config
@@ -67,7 +72,8 @@ def thread_stacks() -> str:
                      for ident, frame in sys._current_frames().items())
 
 
-def drain_through(fault, pg_url: str, table_name: str, topic_name: str, kafka: ApacheKafka) -> None:
+def drain_through(fault, pg_url: str, table_name: str, topic_name: str, kafka: ApacheKafka,
+                  kafka_config: dict | None = None) -> None:
     """Harvest a backlog (and a writer's fresh records) while ``fault(kafka, ops)`` runs; then
     check that every record arrived once or more, in order per key."""
     create_outbox_table(pg_url, table_name)
@@ -75,7 +81,8 @@ def drain_through(fault, pg_url: str, table_name: str, topic_name: str, kafka: A
     writer = Writer(pg_url, table_name, topic_name, keys=200, batch=50, pause=0.05)
     for _ in range(BACKLOG // 1000):
         writer.write(1000)
-    h = Harvest(config(kafka.bootstrap_servers, pg_url, table_name, limits={"shutdown_timeout": 5.0}))
+    h = Harvest(config(kafka.bootstrap_servers, pg_url, table_name, limits={"shutdown_timeout": 5.0},
+                       kafka=kafka_config or {}))
     ops = start_ops_server(h, LOCAL)
     try:
         with h:
@@ -133,3 +140,47 @@ def test_a_broker_paused_past_the_request_timeouts_loses_nothing(pg_url, table_n
             kafka.resume()
 
     drain_through(freeze, pg_url, table_name, topic_name, kafka)
+
+
+@pytest.fixture
+def lying_kafka(tmp_path):
+    """A private Apache Kafka that clients reach through a MetadataProxy."""
+    if on_embedded_broker():
+        pytest.skip("the lying proxy sits in front of Apache Kafka")
+    listen = free_port()
+    with MetadataProxy(("127.0.0.1", listen)) as proxy, \
+            ApacheKafka(tmp_path / "kafka", port=listen, advertised_port=proxy.port) as broker:
+        yield broker, proxy
+
+
+def test_a_harvester_whose_clients_forgot_every_broker_heals_itself(pg_url, table_name, topic_name, lying_kafka):
+    # What made test_a_broker_paused_past_the_request_timeouts_loses_nothing fail one run in
+    # five under CPU load, on cue: librdkafka forgets the only broker it knew and would not
+    # bootstrap again for 5 minutes. The harvester replaces its stuck clients (three sessions:
+    # 18 s here) and harvests again.
+    kafka, proxy = lying_kafka
+    before = restarts.snapshot().get("leader_consumer", 0)
+
+    def lie(kafka: ApacheKafka, ops) -> None:
+        consumer = ops.harvest._neli._group._consumer  # the leader consumer (a ConfluentLeaderConsumer)
+        forgot: list[float] = []
+
+        def forgotten() -> bool:
+            # librdkafka bootstraps again at once the first time it knows no broker: the lie
+            # lasts until it has known none for a while (the next time is 5 minutes away).
+            if consumer.known_brokers == 0:
+                forgot.append(time.monotonic())
+                return forgot[-1] - forgot[0] > 3
+            forgot.clear()
+            return False
+
+        proxy.hide_brokers()
+        try:
+            wait_until(forgotten, 60, "the leader consumer to know no broker")
+        finally:
+            proxy.show_brokers()
+        assert ready(ops) == 503
+
+    # librdkafka asks for metadata every 5 minutes by default: the lie must reach it sooner.
+    drain_through(lie, pg_url, table_name, topic_name, kafka, {"topic.metadata.refresh.interval.ms": 1000})
+    assert restarts.snapshot()["leader_consumer"] > before

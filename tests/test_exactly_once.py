@@ -128,7 +128,7 @@ class Lease:
         self.leading = False
 
     def acquire(self) -> None:
-        from pyharvest.core.election.neli import LeaderStatus
+        from pyharvest.core.election.lease import LeaderStatus
 
         self._pending = LeaderStatus.ACQUIRED
 

@@ -160,7 +160,7 @@ class IsolatingProxy(FaultProxy):
         self._conns.add(conn)
         try:
             await gate.wait()
-            up_reader, up_writer = await asyncio.wait_until(asyncio.open_connection(*self.upstream), self.connect_timeout)
+            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(*self.upstream), self.connect_timeout)
             conn.upstream = up_writer
             conn.tasks = [
                 asyncio.create_task(self._gated_pump(reader, up_writer, gate)),

@@ -4,6 +4,7 @@ traceback; and a standby of the same group takes over."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -42,9 +43,12 @@ class Embedded:
     def __init__(self, folder, bootstrap: str, url: str, group: str) -> None:
         script = folder / "embedded.py"
         script.write_text(SCRIPT)
+        # Unbuffered: the script prints its events (on_event=print) into a pipe, where Python
+        # would hold them in a block buffer until exit, and the test reads them as they come.
         self.proc = subprocess.Popen(
             [sys.executable, str(script), bootstrap, url, group], cwd=folder,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -278,9 +278,9 @@ def test_invalid_sections_name_the_key(section, field, fragment):
 
 
 def test_defaults_and_disabled_sections():
-    assert OpsConfig.from_mapping({}) == OpsConfig("0.0.0.0", 9433, None, True)  # noqa: S104
+    assert OpsConfig.from_mapping({}) == OpsConfig("127.0.0.1", 9433, None, True)  # this machine only
     assert OpsConfig.from_mapping({"backlogInterval": "1m"}).to_mapping() == {
-        "address": "0.0.0.0", "port": 9433, "backlogInterval": "60s",  # noqa: S104
+        "address": "127.0.0.1", "port": 9433, "backlogInterval": "60s",
     }
     h = make(FakeBinding(), FakeKafka())
     assert start_ops_server(h, None) is None

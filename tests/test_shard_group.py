@@ -8,8 +8,10 @@ import threading
 
 import pytest
 
-from pyharvest.core.election.neli import LeaderStatus, Neli, ShardGroup
+from pyharvest.core.election.lease import LeaderStatus
+from pyharvest.core.election.neli import Neli, ShardGroup
 from pyharvest.core.errors import TopicError
+from pyharvest.core.ports.kafka import DeliveryError
 from tests.helpers.group_fakes import Clients, Clock, Consumer
 
 
@@ -80,6 +82,25 @@ def test_each_shard_is_fenced_on_its_own_and_comes_back_with_a_heartbeat() -> No
     group.pulse()
     assert group.leases[1].pulse() is True
     assert statuses[1] == [LeaderStatus.ACQUIRED, LeaderStatus.FENCED, LeaderStatus.ACQUIRED]
+
+
+def test_heartbeats_refused_for_a_heartbeat_timeout_say_why_the_member_cannot_lead() -> None:
+    group, clients, clock, _, _ = make()
+    group.start()
+    clients.consumer.to_assign = [0, 1]
+    group.pulse()
+    clients.producer_.refusal = DeliveryError("NOT_ENOUGH_REPLICAS", "Broker: Not enough in-sync replicas")
+    group.pulse()
+    clock.now += 0.9
+    group.pulse()
+    assert group.broker_error is None  # a blip (a leader moving) is not a refusal
+    clock.now += 0.2
+    assert group.broker_error == (
+        "Kafka has refused the heartbeats to 'app.neli' for 1s: NOT_ENOUGH_REPLICAS: Broker: Not enough in-sync replicas"
+    )
+    clients.producer_.refusal = None
+    group.pulse()
+    assert group.broker_error is None
 
 
 def test_status_changes_reach_an_engine_in_order_from_both_threads() -> None:
@@ -188,6 +209,24 @@ def test_a_single_leader_client_that_only_counts_heartbeats_still_leads() -> Non
     clock.now += 2.0
     consumer.inner.returned = [0]
     assert neli.pulse() and statuses == [LeaderStatus.ACQUIRED]  # its heartbeat counted: not fenced
+
+
+def test_readyz_says_why_when_the_broker_answers_but_refuses_the_heartbeats() -> None:
+    pytest.importorskip("prometheus_client")
+    from pyharvest.bindings.ops.server import health_report
+    from pyharvest.core.engine.lifecycle import State
+    from pyharvest.core.telemetry.health import Health
+
+    why = "Kafka has refused the heartbeats to 'app.neli' for 3s: NOT_ENOUGH_REPLICAS: Broker: Not enough in-sync replicas"
+
+    class Harvester:
+        state = State.RUNNING
+
+        def health(self) -> Health:
+            return Health(running=True, leader=False, broker_connected=True, database_connected=True, broker_error=why)
+
+    ready, body = health_report(Harvester())  # type: ignore[arg-type]
+    assert not ready and body["down"] == ["broker"] and body["errors"] == {"broker": why}
 
 
 class UnreadyTable:

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import json
+import contextlib
 import logging
-import re
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 # NewTopic's documented import path; confluent_kafka.admin re-exports it without listing it in an __all__.
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
@@ -21,11 +18,16 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from pyharvest.bindings.kafka.admin import admin_client as _admin
+from pyharvest.bindings.kafka.admin import client_config as _client_config
+from pyharvest.bindings.kafka.admin import metadata_within, producer_side, refused_configuration
 from pyharvest.bindings.kafka.api_versions import CONSUMER_GROUP_HEARTBEAT, broker_api_keys
-from pyharvest.bindings.kafka.logs import librdkafka_logger
+from pyharvest.bindings.kafka.leader_consumer import ConfluentLeaderConsumer
+from pyharvest.bindings.kafka.probes import partitions_probe
+from pyharvest.core.config.kafka_acls import Acl, is_authorization_failure, refused
 from pyharvest.core.election.group_protocol import GroupSession, SessionBounds
-from pyharvest.core.errors import KafkaPropertyError
 from pyharvest.core.ports.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap, ProduceError, TopicError
+from pyharvest.core.ports.stuck_clients import HEAL_AFTER_SESSIONS, ProgressWatch
 
 __all__ = ["ConfluentClients", "ConfluentLeaderConsumer", "ConfluentProducer", "delivery_error"]
 
@@ -73,47 +75,33 @@ def delivery_error(err: KafkaError) -> DeliveryError:
     )
 
 
-# librdkafka's consumer-only properties: a producer (or admin client) given one logs a
-# CONFWARN and ignores it. baseKafkaConfig reaches every client, so they are left out of the
-# producer-type ones (the leader group's consumer keeps them).
-CONSUMER_ONLY_PROPERTIES = frozenset((
-    "session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy", "group.protocol",
-    "group.remote.assignor", "group.id", "group.instance.id", "group.protocol.type", "max.poll.interval.ms",
-    "enable.auto.commit", "auto.commit.interval.ms", "enable.auto.offset.store", "auto.offset.reset",
-    "isolation.level", "fetch.wait.max.ms", "fetch.min.bytes", "fetch.max.bytes", "fetch.message.max.bytes",
-    "fetch.error.backoff.ms", "fetch.queue.backoff.ms", "queued.min.messages", "queued.max.messages.kbytes",
-    "enable.partition.eof", "check.crcs", "coordinator.query.interval.ms", "consume.callback.max.messages",
-))
-
-
-def producer_side(config: KafkaConfigMap) -> dict[str, object]:
-    """``config`` without the consumer-only properties a producer or admin client would warn about."""
-    return {k: v for k, v in config.items() if k not in CONSUMER_ONLY_PROPERTIES}
-
-
-def _client_config(config: KafkaConfigMap) -> dict[str, object]:
-    # librdkafka logs through stderr by default; route its logs into Python logging instead,
-    # its repeats collapsed.
-    return {**config, "logger": librdkafka_logger()}
-
-
-_REFUSED_PROPERTY = re.compile(r'property:? "([^"]+)"')
-
-
-def refused_configuration(what: str, error: KafkaException) -> TopicError:
-    """The error for a client ``what`` ("producer", "consumer"...) whose configuration librdkafka
-    refused: a :class:`KafkaPropertyError` when it names the property, so that the caller can
-    name the key the value came from."""
-    detail = error.args[0].str().strip() if error.args and isinstance(error.args[0], KafkaError) else str(error)
-    message = f"invalid Kafka {what} configuration: {detail}"
-    found = _REFUSED_PROPERTY.search(detail)
-    return KafkaPropertyError(message, found.group(1), detail) if found else TopicError(message)
-
-
 class ConfluentProducer:
-    def __init__(self, config: KafkaConfigMap) -> None:
+    """A producer. With ``heal_after`` (seconds), a librdkafka producer whose messages got no
+    answer from any broker for that long, while their partitions' leaders answer a fresh client
+    and have their in-sync replicas, is replaced by a new one (:mod:`pyharvest.core.ports.stuck_clients`).
+
+    The replacement keeps every message's one delivery report: what was not sent yet is purged
+    (each gets a failed, retriable report, as after :meth:`abandon`); messages already sent
+    are left to their answer or their timeout (purged, one could still land after the new
+    producer's), and the new producer takes over once none is left. A message that raced the
+    swap into the old producer is purged and reported by :meth:`poll` too."""
+
+    def __init__(self, config: KafkaConfigMap, heal_after: float | None = None) -> None:
+        self._config = config
+        self._producer = self._open()
+        #: Set by a delivery report that carries a broker's answer (an error the broker sent too).
+        self._answered = False
+        #: The topics of messages that failed without a broker's answer since the last one: what
+        #: the probe asks about.
+        self._unanswered: set[str] = set()
+        self._retired: list[tuple[Producer, float]] = []
+        self._watch = None if heal_after is None else ProgressWatch(
+            "producer", heal_after, partitions_probe(config, lambda: tuple(self._unanswered))
+        )
+
+    def _open(self) -> Producer:
         try:
-            self._producer = Producer(_client_config(producer_side(config)))
+            return Producer(_client_config(producer_side(self._config)))
         except KafkaException as e:
             raise refused_configuration("producer", e) from None
 
@@ -128,8 +116,13 @@ class ConfluentProducer:
     ) -> None:
         # The harvester's per-record hot path: plain arguments (no argument dict, no copy of a
         # headers list) measured 0.6 us less per record than building keyword arguments.
-        def delivered(err: KafkaError | None, _msg: object) -> None:
-            on_delivery(None if err is None else delivery_error(err))
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            if err is None:
+                self._answered = True
+                on_delivery(None)
+            else:
+                self._failed(err, msg)
+                on_delivery(delivery_error(err))
 
         hdrs = (headers if type(headers) is list else list(headers)) if headers else None
         produce = self._producer.produce
@@ -146,8 +139,45 @@ class ConfluentProducer:
             except KafkaException as e:
                 raise ProduceError(delivery_error(e.args[0])) from None
 
+    def _failed(self, err: KafkaError, msg: Message) -> None:
+        if err.code() >= 0:  # the broker's own error code: it answered
+            self._answered = True
+        else:
+            topic = msg.topic()
+            if topic is not None:
+                self._unanswered.add(topic)
+
     def poll(self, timeout: float) -> int:
-        return int(self._producer.poll(timeout))
+        served = int(self._producer.poll(timeout))
+        if self._watch is not None:
+            self._heal(self._watch)
+        return served
+
+    def _heal(self, watch: ProgressWatch) -> None:
+        if self._retired:
+            self._serve_retired()
+        if self._answered or not len(self._producer):  # answered, or waiting on nothing
+            self._answered = False
+            self._unanswered.clear()
+            watch.progressed()
+        elif watch.stuck():
+            old = self._producer
+            old.purge(in_queue=True, in_flight=False, blocking=False)
+            old.poll(0)
+            if len(old):
+                return  # sent messages still await their answer or timeout
+            self._producer = self._open()
+            self._retired.append((old, time.monotonic() + 1.0))
+            watch.replaced()
+
+    def _serve_retired(self) -> None:
+        now, kept = time.monotonic(), []
+        for old, until in self._retired:
+            old.purge(in_queue=True, in_flight=False, blocking=False)
+            old.poll(0)
+            if now < until or len(old):
+                kept.append((old, until))
+        self._retired = kept
 
     def flush(self, timeout: float) -> int:
         return int(self._producer.flush(timeout))
@@ -161,115 +191,39 @@ class ConfluentProducer:
 
     def close(self) -> None:
         # Deliberately no flush: the engine decides how long to wait for in-flight records.
-        self._producer.poll(0)
-
-
-class ConfluentLeaderConsumer:
-    def __init__(self, config: KafkaConfigMap, heartbeat_timeout_ms: int | None = None) -> None:
-        cfg = _client_config(config)
-        # librdkafka's statistics say whether any broker connection is up: the readiness signal
-        # (the consumer protocol's statistics list the brokers alike).
-        cfg.setdefault("statistics.interval.ms", 1000)
-        cfg["stats_cb"] = self._on_stats
-        cfg["error_cb"] = self._on_error
-        self.connected: bool | None = None
-        # A connection that is up but has not answered a waiting request for this long counts
-        # as down: a frozen or overloaded broker keeps its sockets open, and librdkafka only
-        # times the requests out after socket.timeout.ms (60 s). This is the heartbeat timeout
-        # that fences a leader: given under the consumer protocol, else a third of the classic
-        # group's session (three heartbeat timeouts).
-        if heartbeat_timeout_ms is None:
-            heartbeat_timeout_ms = int(cfg.get("session.timeout.ms", 45_000)) // 3  # type: ignore[call-overload]
-        self._answer_within_us = max(1_000_000, heartbeat_timeout_ms * 1000)
         try:
-            self._consumer = Consumer(cfg)
-        except KafkaException as e:
-            raise refused_configuration("consumer", e) from None
-        self._closed = False
-
-    def _on_stats(self, stats_json: str) -> None:
-        try:
-            brokers = json.loads(stats_json).get("brokers", {})
-        except ValueError:
-            return
-        self.connected = any(self._answering(b) for b in brokers.values() if b.get("nodeid", -1) >= 0)
-
-    def _answering(self, broker: dict[str, Any]) -> bool:
-        """Up, and either nothing awaits its answer or it answered recently (rxidle: the
-        microseconds since it last sent anything, -1 if never)."""
-        if broker.get("state") != "UP":
-            return False
-        if not broker.get("waitresp_cnt"):
-            return True
-        idle = broker.get("rxidle", -1)
-        return isinstance(idle, int) and 0 <= idle < self._answer_within_us
-
-    def _on_error(self, err: KafkaError) -> None:
-        if err.code() == KafkaError._ALL_BROKERS_DOWN:
-            self.connected = False
-        log.debug("leader consumer: %s", err.str())
-
-    def subscribe(
-        self,
-        topic: str,
-        on_assign: Callable[[list[int]], None],
-        on_revoke: Callable[[list[int]], None],
-    ) -> None:
-        def assigned(_c: Consumer, partitions: list[TopicPartition]) -> None:
-            on_assign([p.partition for p in partitions])
-
-        def revoked(_c: Consumer, partitions: list[TopicPartition]) -> None:
-            on_revoke([p.partition for p in partitions])
-
-        self._consumer.subscribe([topic], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
-
-    def poll(self, timeout: float) -> int:
-        return len(self.poll_partitions(timeout))
-
-    def poll_partitions(self, timeout: float) -> list[int]:
-        """Serve group callbacks and read what arrived; the partition of every message read."""
-        received: list[int] = []
-        msg = self._consumer.poll(timeout)
-        while msg is not None:
-            err = msg.error()
-            if err is None:
-                received.append(msg.partition() or 0)
-            elif err.fatal():
-                raise KafkaException(err)
-            elif err.code() != KafkaError._PARTITION_EOF:
-                log.debug("leader consumer: %s", err.str())
-            msg = self._consumer.poll(0)
-        return received
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._consumer.close()
-
-
-def _admin(config: KafkaConfigMap) -> AdminClient:
-    admin_cfg = producer_side(config)
-    try:
-        # The stub admits only scalar values; librdkafka's Python clients also take a `logger`.
-        return AdminClient(_client_config(admin_cfg))  # type: ignore[arg-type]
-    except KafkaException as e:
-        raise refused_configuration("admin client", e) from None
+            self._producer.poll(0)
+        except KafkaException as e:  # a fatal error, raised again by the poll: what failed said so
+            log.debug("closing a producer after a fatal error: %s", e.args[0].str() if e.args else e)
+        for old, _ in self._retired:
+            old.purge(in_queue=True, in_flight=True, blocking=False)
+            with contextlib.suppress(KafkaException):
+                old.poll(0)
+        self._retired = []
 
 
 class ConfluentClients:
     """The default :class:`~pyharvest.core.ports.kafka.KafkaClients`, and the
     :class:`~pyharvest.core.election.group_protocol.GroupSessions` of the consumer group protocol."""
 
-    def __init__(self) -> None:
-        # The heartbeat timeout of each consumer-protocol group whose session was set: its leader
-        # consumer has no session.timeout.ms to read it from.
+    def __init__(self, heal_after: float | None = None) -> None:
+        #: Seconds without progress after which a stuck client is replaced
+        #: (:func:`pyharvest.core.ports.stuck_clients.heal_after`); None: never.
+        self.heal_after = heal_after
+        # The heartbeat timeout and session of each consumer-protocol group whose session was
+        # set: its leader consumer has no session.timeout.ms to read them from.
         self._heartbeat_timeouts: dict[str, int] = {}
+        self._sessions: dict[str, int] = {}
 
     def producer(self, config: KafkaConfigMap) -> ConfluentProducer:
-        return ConfluentProducer(config)
+        return ConfluentProducer(config, self.heal_after)
 
     def leader_consumer(self, config: KafkaConfigMap) -> ConfluentLeaderConsumer:
-        return ConfluentLeaderConsumer(config, self._heartbeat_timeouts.get(str(config.get("group.id"))))
+        group = str(config.get("group.id"))
+        heal = self.heal_after
+        if heal is not None and group in self._sessions:  # the broker may have set a longer session
+            heal = max(heal, HEAL_AFTER_SESSIONS * self._sessions[group] / 1000)
+        return ConfluentLeaderConsumer(config, self._heartbeat_timeouts.get(group), heal)
 
     def check_consumer_protocol(self, config: KafkaConfigMap) -> None:
         servers, security = str(config.get("bootstrap.servers", "")), str(config.get("security.protocol", "plaintext"))
@@ -307,6 +261,7 @@ class ConfluentClients:
         self, config: KafkaConfigMap, group_id: str, session: GroupSession, timeout: float = 10.0
     ) -> None:
         self._heartbeat_timeouts[group_id] = session.heartbeat_timeout_ms
+        self._sessions[group_id] = session.session_ms
         resource = ConfigResource(ResourceType.GROUP, group_id, incremental_configs=[
             ConfigEntry(name, str(value), incremental_operation=AlterConfigOpType.SET)
             for name, value in (("consumer.session.timeout.ms", session.session_ms),
@@ -316,28 +271,37 @@ class ConfluentClients:
         try:
             admin.incremental_alter_configs([resource], request_timeout=timeout)[resource].result(timeout)
         except KafkaException as e:
+            if is_authorization_failure(e.args[0].name() or ""):
+                why = "setting the session heartbeatTimeout asks for (groupProtocol: consumer)"
+                raise refused(config, Acl("group", group_id, ("AlterConfigs",), why), e.args[0].str()) from None
             raise TopicError(f"cannot set the session of group {group_id!r}: {e.args[0].str()}") from None
         except Exception as e:  # noqa: BLE001 - e.g. a timeout from the future
             raise TopicError(f"cannot set the session of group {group_id!r} within {timeout:g}s: {e}") from None
 
     def topic_partitions(self, config: KafkaConfigMap, topic: str, timeout: float = 10.0) -> int:
-        """How many partitions ``topic`` has (0 when it does not exist)."""
+        """How many partitions ``topic`` has (0 when it does not exist).
+
+        Asked right after :meth:`ensure_topic`: on a cluster, a topic just created reaches the
+        brokers' metadata one by one, and a broker that has not heard of it yet answers that it
+        does not exist (seen: a reaper that refused to start, "leader topic has 0 partition(s)"),
+        so an absent topic is asked about again, for up to a few seconds."""
         admin = _admin(config)
-        try:
-            found = admin.list_topics(topic, timeout=timeout).topics.get(topic)
-        except KafkaException as e:
-            raise TopicError(f"cannot read the metadata of topic {topic!r}: {e.args[0].str()}") from None
-        return 0 if found is None or found.error is not None else len(found.partitions)
+        deadline = time.monotonic() + min(timeout, 5.0)
+        while True:
+            try:
+                found = admin.list_topics(topic, timeout=timeout).topics.get(topic)
+            except KafkaException as e:
+                raise TopicError(f"cannot read the metadata of topic {topic!r}: {e.args[0].str()}") from None
+            if found is not None and found.error is not None and is_authorization_failure(found.error.name() or ""):
+                raise refused(config, Acl("topic", topic, ("Read",), "reading its partitions"), found.error.str())
+            if (found is not None and found.error is None and found.partitions) or time.monotonic() > deadline:
+                return 0 if found is None or found.error is not None else len(found.partitions)
+            time.sleep(0.1)
 
     def ensure_topic(self, config: KafkaConfigMap, topic: str, partitions: int = 1, timeout: float = 10.0) -> None:
-        servers = config.get("bootstrap.servers")
-        admin = _admin(config)
-        try:
-            metadata = admin.list_topics(timeout=timeout)
-        except KafkaException as e:
-            raise TopicError(
-                f"cannot reach Kafka at bootstrap.servers={servers!r} within {timeout:g}s: {e.args[0].str()}"
-            ) from None
+        errors: list[KafkaError] = []
+        admin = _admin(config, errors=errors)
+        metadata = metadata_within(config, admin, errors, timeout)
         if topic in metadata.topics and metadata.topics[topic].error is None:
             return
         futures = admin.create_topics([NewTopic(topic, partitions)], operation_timeout=timeout)
@@ -347,9 +311,13 @@ class ConfluentClients:
             err = e.args[0]
             if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 return
+            if is_authorization_failure(err.name() or ""):
+                why = (f"creating it: it does not exist (or Read, which shows it, is missing); or create it "
+                       f"beforehand with {partitions} partition(s)")
+                raise refused(config, Acl("topic", topic, ("Create",), why), err.str()) from None
             raise TopicError(
                 f"topic {topic!r} does not exist and could not be created ({err.str()}); "
-                f"create it with {partitions} partition(s) or grant the harvester CREATE on it"
+                f"create it with {partitions} partition(s) or grant the harvester Create on it"
             ) from None
         except Exception as e:  # noqa: BLE001 - e.g. a timeout from the future
             raise TopicError(f"topic {topic!r} could not be created within {timeout:g}s: {e}") from None

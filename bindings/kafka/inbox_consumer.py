@@ -21,6 +21,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from pyharvest.bindings.kafka.logs import librdkafka_logger
+from pyharvest.core.config.kafka_acls import Acl, is_authorization_failure, refused
 from pyharvest.core.inbox.errors import InboxError, first_line
 from pyharvest.core.inbox.message import InboxMessage, build_message, delivery_id_for, source_identity
 from pyharvest.core.inbox.ports import RebalanceListener, TopicPartition
@@ -59,6 +60,8 @@ class ConfluentInboxConsumer:
         factory: Callable[[dict[str, object]], Any] | None = None,
     ) -> None:
         conf = inbox_consumer_config(base_config, group_id)
+        self._base_config = base_config
+        self._topics: list[str] = []
         self._group = group_id
         # Where a partition with no offset in the database starts.
         self._start_at_end = str(conf["auto.offset.reset"]).lower() in _LATEST
@@ -72,6 +75,7 @@ class ConfluentInboxConsumer:
 
     def subscribe(self, topics: Sequence[str], listener: RebalanceListener) -> None:
         self._listener = listener
+        self._topics = list(topics)
         self._consumer.subscribe(
             list(topics), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
@@ -87,6 +91,8 @@ class ConfluentInboxConsumer:
         for m in messages:
             err = m.error()
             if err is not None:
+                if is_authorization_failure(err.name() or ""):
+                    raise self._refused(err, m.topic())
                 if err.fatal():
                     raise InboxError(f"fatal Kafka consumer error: {err}")
                 if err.code() != KafkaError._PARTITION_EOF:
@@ -118,6 +124,14 @@ class ConfluentInboxConsumer:
                 )
             )
         return out
+
+    def _refused(self, err: Any, topic: str | None) -> Exception:
+        """An ACL refused the group or a topic: no retry will get through."""
+        if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            acl = Acl("group", self._group, ("Read",), "joining the inbox's group")
+        else:
+            acl = Acl("topic", topic or ",".join(self._topics), ("Read",), "consuming the messages the inbox applies")
+        return refused(self._base_config, acl, err.str())
 
     def pause(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
-from pyharvest.bindings.kafka.confluent import refused_configuration
+from pyharvest.bindings.kafka.admin import metadata_within, refused_configuration
 from pyharvest.bindings.kafka.logs import librdkafka_logger
-from pyharvest.core.errors import KafkaPropertyError, TopicError
+from pyharvest.core.errors import KafkaPropertyError
 
 __all__ = ["DEFAULT_TIMEOUT", "check_consumer", "check_properties"]
 
@@ -28,17 +28,13 @@ def check_consumer(config: Mapping[str, object], timeout: float = DEFAULT_TIMEOU
     when librdkafka refuses a property, and :class:`~pyharvest.core.errors.TopicError` when no
     broker answers within ``timeout`` seconds.
     """
+    errors: list[KafkaError] = []
     try:
-        consumer = Consumer({**config, "logger": librdkafka_logger()})
+        consumer = Consumer({**config, "logger": librdkafka_logger(), "error_cb": errors.append})
     except KafkaException as e:
         raise refused_configuration("consumer", e) from None
     try:
-        metadata = consumer.list_topics(timeout=timeout)
-    except KafkaException as e:
-        raise TopicError(
-            f"cannot reach Kafka at bootstrap.servers={config.get('bootstrap.servers')!r} within {timeout:g}s: "
-            f"{e.args[0].str() if e.args else e}"
-        ) from None
+        metadata = metadata_within(config, consumer, errors, timeout)
     finally:
         consumer.close()
     return sorted(metadata.topics)

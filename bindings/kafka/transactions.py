@@ -11,14 +11,15 @@ from collections.abc import Sequence
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import NewPartitions, NewTopic  # type: ignore[attr-defined]
 
-from pyharvest.bindings.kafka.confluent import (
-    ConfluentClients,
-    ConfluentProducer,
-    _admin,
-    _client_config,
-    refused_configuration,
-)
+from pyharvest.bindings.kafka.admin import admin_client as _admin
+from pyharvest.bindings.kafka.admin import client_config as _client_config
+from pyharvest.bindings.kafka.admin import metadata_within, refused_configuration
+from pyharvest.bindings.kafka.confluent import ConfluentClients, ConfluentProducer
+from pyharvest.bindings.kafka.probes import partitions_probe
+from pyharvest.core.config.kafka_acls import Acl, is_authorization_failure, refused
+from pyharvest.core.errors import KafkaAuthorizationError
 from pyharvest.core.ports.kafka import DeliveryCallback, KafkaConfigMap, ProduceError, TopicError, TransactionError
+from pyharvest.core.ports.stuck_clients import ProgressWatch
 
 __all__ = [
     "ConfluentTransactionalClients",
@@ -40,7 +41,7 @@ _UNSUPPORTED = frozenset(
     c
     for c in (
         getattr(KafkaError, n, None)
-        for n in ("UNSUPPORTED_VERSION", "_UNSUPPORTED_FEATURE", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+        for n in ("UNSUPPORTED_VERSION", "_UNSUPPORTED_FEATURE")
     )
     if c is not None
 )
@@ -68,9 +69,39 @@ def transaction_error(e: KafkaException) -> TransactionError:
     return TransactionError("fatal", text)
 
 
+def transactional_id_acl(config: KafkaConfigMap) -> Acl:
+    """The ACL a producer of ``config`` needs for its ``transactional.id``: ``Write`` on every
+    id of its group (``pyharvest.<leaderGroupID>.``: what follows the last dot is the shard, or
+    the start-up probe's own id)."""
+    tid = str(config.get("transactional.id", ""))
+    return Acl("transactional-id", tid.rsplit(".", 1)[0] + ".", ("Write",),
+               "publishing in Kafka transactions (delivery: exactly-once)", prefixed=True)
+
+
+def _refusal(error: KafkaException) -> KafkaError | None:
+    err = error.args[0] if error.args and isinstance(error.args[0], KafkaError) else None
+    return err if err is not None and is_authorization_failure(err.name() or "") else None
+
+
 class ConfluentTransactionalProducer(ConfluentProducer):
     """A producer with a ``transactional.id``. Only the thread running its transactions
-    produces and polls it: no other thread serves its delivery reports."""
+    produces and polls it: no other thread serves its delivery reports. An ACL's refusal of
+    the id is a :class:`~pyharvest.core.errors.KafkaAuthorizationError` naming it.
+
+    With ``heal_after`` (seconds), a producer whose transactions kept failing for that long,
+    none committed, while the leaders of the partitions it failed to write answer a fresh
+    client, refuses the next :meth:`begin_transaction` with a fatal :class:`TransactionError`:
+    the engine gives it up and takes over afresh with a new producer, as after any fatal error
+    (:mod:`pyharvest.core.ports.stuck_clients`)."""
+
+    def __init__(self, config: KafkaConfigMap, heal_after: float | None = None) -> None:
+        super().__init__(config)  # not healed as a producer: the engine replaces this one
+        self._transactions_watch = None if heal_after is None else ProgressWatch(
+            "transactional_producer", heal_after, partitions_probe(config, lambda: tuple(self._unanswered))
+        )
+        #: Whether the last transaction committed (or none began yet): the clock runs only
+        #: across transactions that did not, never while the outbox is idle.
+        self._committed = True
 
     def produce(
         self,
@@ -97,11 +128,24 @@ class ConfluentTransactionalProducer(ConfluentProducer):
             raise transaction_error(e) from None
         self._call("init_transactions", timeout)
 
+    def refused(self, err: KafkaError) -> KafkaAuthorizationError:
+        return refused(self._config, transactional_id_acl(self._config), err.str())
+
     def begin_transaction(self) -> None:
+        watch = self._transactions_watch
+        if watch is not None:
+            if self._committed:
+                watch.progressed()
+            elif watch.stuck():
+                watch.replaced("its transactions kept failing")
+                raise TransactionError("fatal", f"no transaction committed for {watch.after:.0f}s while the cluster "
+                                                "answers a fresh client: replacing the producer")
+            self._committed = False
         self._call("begin_transaction")
 
     def commit_transaction(self, timeout: float) -> None:
         self._call("commit_transaction", timeout)
+        self._committed = True
 
     def abort_transaction(self, timeout: float) -> None:
         self._call("abort_transaction", timeout)
@@ -110,18 +154,18 @@ class ConfluentTransactionalProducer(ConfluentProducer):
         try:
             getattr(self._producer, name)(*args)
         except KafkaException as e:
+            err = _refusal(e)
+            if err is not None and err.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                raise self.refused(err) from None
             raise transaction_error(e) from None
 
 
 def ensure_progress_topic(config: KafkaConfigMap, topic: str, partitions: int, timeout: float = 10.0) -> None:
     """Create the progress topic (compacted: only each shard's latest record matters, and it
     must outlive any retention) or check that it has a partition per shard."""
-    admin = _admin(config)
-    try:
-        metadata = admin.list_topics(timeout=timeout)
-    except KafkaException as e:
-        servers = config.get("bootstrap.servers")
-        raise TopicError(f"cannot reach Kafka at bootstrap.servers={servers!r}: {e.args[0].str()}") from None
+    errors: list[KafkaError] = []
+    admin = _admin(config, errors=errors)
+    metadata = metadata_within(config, admin, errors, timeout)
     found = metadata.topics.get(topic)
     if found is not None and found.error is None:
         have = len(found.partitions)
@@ -147,6 +191,10 @@ def ensure_progress_topic(config: KafkaConfigMap, topic: str, partitions: int, t
         err = e.args[0]
         if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
             return
+        if is_authorization_failure(err.name() or ""):
+            why = (f"creating the progress topic: it does not exist (or Read, which shows it, is missing); or create "
+                   f"it beforehand, compacted, with {partitions} partition(s)")
+            raise refused(config, Acl("topic", topic, ("Create",), why), err.str()) from None
         raise TopicError(
             f"progress topic {topic!r} does not exist and could not be created ({err.str()}); create it "
             f"compacted (cleanup.policy=compact) with {partitions} partition(s), or grant the harvester CREATE"
@@ -203,11 +251,14 @@ def last_committed(config: KafkaConfigMap, topic: str, partition: int, timeout: 
         try:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout, cached=False)
         except KafkaException as e:
+            err = _refusal(e)
+            if err is not None:
+                raise _read_refused(config, topic, err) from None
             raise TopicError(f"cannot read the offsets of {topic!r} partition {partition}: {e.args[0].str()}") from None
         end, step = high, _WINDOW
         while end > low:
             start = max(low, end - step)
-            found = _last_value(consumer, TopicPartition(topic, partition, start), end, deadline)
+            found = _last_value(consumer, TopicPartition(topic, partition, start), end, deadline, config)
             if found is not None:
                 return found
             end, step = start, step * 4
@@ -216,7 +267,13 @@ def last_committed(config: KafkaConfigMap, topic: str, partition: int, timeout: 
         consumer.close()
 
 
-def _last_value(consumer: Consumer, tp: TopicPartition, end: int, deadline: float) -> bytes | None:
+def _read_refused(config: KafkaConfigMap, topic: str, err: KafkaError) -> KafkaAuthorizationError:
+    return refused(config, Acl("topic", topic, ("Read",), "reading progress records back"), err.str())
+
+
+def _last_value(
+    consumer: Consumer, tp: TopicPartition, end: int, deadline: float, config: KafkaConfigMap
+) -> bytes | None:
     """The last committed value in offsets [tp.offset, end), reading up to the partition's end."""
     consumer.assign([tp])
     last: bytes | None = None
@@ -231,7 +288,9 @@ def _last_value(consumer: Consumer, tp: TopicPartition, end: int, deadline: floa
         if err is not None:
             if err.code() == KafkaError._PARTITION_EOF:
                 return last
-            if err.fatal() or err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_AUTHORIZATION_FAILED):
+            if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise _read_refused(config, tp.topic, err)
+            if err.fatal() or err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise TopicError(f"cannot read progress topic {tp.topic!r}: {err.str()}")
             log.debug("progress reader: %s", err.str())
             continue
@@ -250,11 +309,14 @@ def probe_transactions(config: KafkaConfigMap, topic: str, partition: int, timeo
     publish duplicates without a word. ``config`` is a producer's, with its ``transactional.id``."""
     producer = ConfluentTransactionalProducer(config)
     offsets: list[int] = []
+    refusals: list[KafkaError] = []
 
     def delivered(err: KafkaError | None, msg: Message) -> None:
         offset = msg.offset()
         if err is None and offset is not None:
             offsets.append(offset)
+        elif err is not None and is_authorization_failure(err.name() or ""):
+            refusals.append(err)
 
     try:
         producer.init_transactions(timeout)
@@ -262,9 +324,25 @@ def probe_transactions(config: KafkaConfigMap, topic: str, partition: int, timeo
         raw = producer._producer
         raw.produce(topic, b"", b"pyharvest-probe", partition, on_delivery=delivered)
         raw.flush(timeout)
-        producer.abort_transaction(timeout)
+        if not offsets and not refusals:
+            # A partition the principal may not write fails the transaction, and the record is
+            # only purged: the cause comes back from a commit (which commits nothing of a
+            # failed transaction).
+            try:
+                raw.commit_transaction(timeout)
+            except KafkaException as e:
+                refusals.extend(err for err in (_refusal(e),) if err is not None)
+        if not refusals:
+            producer.abort_transaction(timeout)
+    except TransactionError as e:
+        if not refusals:
+            raise
+        log.debug("the probe's transaction: %s", e)
     finally:
         producer.close()
+    if refusals:
+        acl = Acl("topic", topic, ("Write",), "writing progress records (the probe's included)")
+        raise refused(config, acl, refusals[0].str())
     if not offsets:
         raise TransactionError("unsupported", "the probe record of an aborted transaction was not acknowledged")
     consumer = _committed_reader(config, "probe")
@@ -278,6 +356,8 @@ def probe_transactions(config: KafkaConfigMap, topic: str, partition: int, timeo
             err = msg.error()
             if err is not None and err.code() == KafkaError._PARTITION_EOF:
                 return
+            if err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise _read_refused(config, topic, err)
             if err is None and msg.offset() == offsets[0]:
                 raise TransactionError(
                     "unsupported", "it showed an aborted record to a read_committed consumer (no transaction isolation)"
@@ -293,7 +373,7 @@ class ConfluentTransactionalClients(ConfluentClients):
     :class:`pyharvest.Harvest` uses."""
 
     def transactional_producer(self, config: KafkaConfigMap) -> ConfluentTransactionalProducer:
-        return ConfluentTransactionalProducer(config)
+        return ConfluentTransactionalProducer(config, self.heal_after)
 
     def ensure_progress_topic(self, config: KafkaConfigMap, topic: str, partitions: int, timeout: float = 10.0) -> None:
         ensure_progress_topic(config, topic, partitions, timeout)

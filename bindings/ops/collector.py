@@ -15,7 +15,6 @@ Embedded users register it with their own registry::
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
@@ -24,7 +23,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from pyharvest.bindings.ops.latency import HISTOGRAMS, LATENCY_BUCKETS, PUBLISH_LATENCY, histograms_of, publish_buckets
+from pyharvest.bindings.ops.periodic import Periodic
 from pyharvest.bindings.ops.watch import outbox_binding
+from pyharvest.core.telemetry.client_restarts import HEALED_CLIENTS, restarts
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -55,33 +56,24 @@ _COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("producer_fencings", "producer_fencings", "Times a newer leader's producer fenced this one's transactions."),
 )
 
-class BacklogCounter:
+class BacklogCounter(Periodic):
     """Counts the outbox every ``interval`` seconds on a daemon thread, through the binding's
     optional ``count()`` method; :attr:`value` is ``None`` while unknown (no ``count()``, not
     started yet, or the last count failed)."""
 
+    thread_name = "pyharvest-backlog"
+
     def __init__(self, harvest: HarvestEngine, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(interval)
         self._harvest = harvest
-        self.interval = interval
         self._clock = clock
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.value: int | None = None
         self.counted_at: float | None = None
         self._failures = 0
 
-    def start(self) -> BacklogCounter:
-        self._thread = threading.Thread(target=self._run, name="pyharvest-backlog", daemon=True)
-        self._thread.start()
-        return self
 
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join(timeout)
 
-    def count_once(self) -> int | None:
+    def read_once(self) -> int | None:
         count = getattr(outbox_binding(self._harvest), "count", None)
         if count is None:
             self.value = None
@@ -98,10 +90,20 @@ class BacklogCounter:
         self.value, self.counted_at = n, self._clock()
         return n
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.count_once()
-            self._stop.wait(self.interval)
+
+
+def client_restarts(ns: str) -> CounterMetricFamily:
+    """``<ns>_kafka_client_restarts_total``: the process's stuck Kafka clients replaced, by client."""
+    family = CounterMetricFamily(
+        f"{ns}_kafka_client_restarts",
+        "Kafka clients replaced after no progress for three group session timeouts while the cluster answered "
+        "a fresh client, by client.",
+        labels=["client"],
+    )
+    counts = restarts.snapshot()
+    for client in sorted({*HEALED_CLIENTS, *counts}):
+        family.add_metric([client], float(counts.get(client, 0)))
+    return family
 
 
 def _copy_dict(d: dict[str, int]) -> dict[str, int]:
@@ -186,6 +188,8 @@ class HarvestCollector(Collector):
 
         for suffix, attr, doc in _COUNTERS:
             yield CounterMetricFamily(f"{ns}_{suffix}", doc, value=float(getattr(m, attr)))
+
+        yield client_restarts(ns)
 
         errors = CounterMetricFamily(
             f"{ns}_delivery_errors", "Deliveries Kafka refused, by error code.", labels=["code"]

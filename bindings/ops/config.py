@@ -3,7 +3,7 @@
 .. code-block:: yaml
 
     metrics:
-      address: 0.0.0.0        # interface to listen on
+      address: 127.0.0.1      # interface to listen on (0.0.0.0: every one, e.g. in a pod)
       port: 9433              # /metrics, /healthz and /readyz
       backlogInterval: 30s    # optional: count the outbox this often (pyharvest_backlog_records)
       ageInterval: 5s         # read the oldest row's age (and the quarantine) this often
@@ -24,7 +24,10 @@ from pyharvest.core.errors import ConfigError
 
 __all__ = ["DEFAULT_ADDRESS", "DEFAULT_AGE_INTERVAL", "DEFAULT_PORT", "METRICS_KEYS", "OpsConfig"]
 
-DEFAULT_ADDRESS = "0.0.0.0"  # noqa: S104 - a sidecar's probes and scrapes come from outside the pod
+# This machine only, until the configuration says otherwise: what the server shows (metrics,
+# health; never a record or a secret) is for the operators' tools, and a pod's probes and
+# scrapes come through metrics.address: 0.0.0.0, which the Kubernetes example sets.
+DEFAULT_ADDRESS = "127.0.0.1"
 DEFAULT_PORT = 9433
 DEFAULT_AGE_INTERVAL = 5.0
 
@@ -37,7 +40,8 @@ class OpsConfig:
     """Settings of the operations server (Prometheus metrics and health probes).
 
     Attributes:
-        address: the interface to listen on; ``0.0.0.0`` (all) by default.
+        address: the interface to listen on; ``127.0.0.1`` (this machine only) by default,
+            ``0.0.0.0`` for every interface (a pod's probes and scrapes come from outside it).
         port: the TCP port; ``0`` picks a free one (see ``OpsServer.port``).
         backlog_interval: seconds between counts of the outbox for the
             ``pyharvest_backlog_records`` gauge; ``None`` leaves the gauge out.

@@ -26,7 +26,7 @@ def health_report(harvest: HarvestEngine | ShardedHarvestEngine) -> tuple[bool, 
     down = []
     if not health.running:
         down.append("harvester")
-    if health.broker_connected is False:
+    if health.broker_connected is False or health.broker_error is not None:
         down.append("broker")
     if health.database_connected is False:
         down.append("database")
@@ -43,6 +43,11 @@ def health_report(harvest: HarvestEngine | ShardedHarvestEngine) -> tuple[bool, 
     }
     if down:
         body["down"] = down
+    errors = {}
+    if health.broker_error is not None:  # Kafka answers but refuses the heartbeats (below min ISR)
+        errors["broker"] = health.broker_error
     if health.database_connected is False and health.database_error:
-        body["errors"] = {"database": health.database_error}
+        errors["database"] = health.database_error
+    if errors:
+        body["errors"] = errors
     return health.ready, body

@@ -6,7 +6,6 @@ The single-leader metrics are :mod:`.collector`'s; these keep their names, with 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -19,8 +18,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from pyharvest.bindings.ops.collector import _COUNTERS, _copy_dict, log, watch_gauges
+from pyharvest.bindings.ops.collector import _COUNTERS, _copy_dict, client_restarts, log, watch_gauges
 from pyharvest.bindings.ops.latency import HISTOGRAMS, PUBLISH_LATENCY, histograms_of, publish_buckets
+from pyharvest.bindings.ops.periodic import Periodic
 
 if TYPE_CHECKING:
     from pyharvest.bindings.ops.watch import OutboxWatch
@@ -29,27 +29,19 @@ if TYPE_CHECKING:
 __all__ = ["ShardBacklog", "ShardedHarvestCollector"]
 
 
-class ShardBacklog:
+class ShardBacklog(Periodic):
     """Counts each led shard's rows every ``interval`` seconds (through its shard's index)."""
 
+    thread_name = "pyharvest-shard-backlog"
+
     def __init__(self, harvest: ShardedHarvestEngine, interval: float) -> None:
+        super().__init__(interval)
         self._harvest = harvest
-        self.interval = interval
         self.values: dict[int, int] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> ShardBacklog:
-        self._thread = threading.Thread(target=self._run, name="pyharvest-shard-backlog", daemon=True)
-        self._thread.start()
-        return self
 
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
 
-    def count_once(self) -> None:
+    def read_once(self) -> None:
         for shard, engine in self._harvest.engines.items():
             count = getattr(engine.binding, "count", None)
             if count is None or not engine.is_leader:
@@ -61,10 +53,6 @@ class ShardBacklog:
                 log.warning("counting shard %d failed: %s", shard, e)
                 self.values.pop(shard, None)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.count_once()
-            self._stop.wait(self.interval)
 
 
 class ShardedHarvestCollector(Collector):
@@ -110,6 +98,7 @@ class ShardedHarvestCollector(Collector):
             yield GaugeMetricFamily(f"{ns}_change_feed_connected",
                                     "1 while the connection listening for the stasher's notifications is up.",
                                     value=1.0 if health.change_feed_connected else 0.0)
+        yield client_restarts(ns)
         engines = sorted(h.engines.items())
         leader = GaugeMetricFamily(f"{ns}_leader", "1 while this process leads the shard.", labels=["shard"])
         in_flight = GaugeMetricFamily(f"{ns}_in_flight_records", "Records sent and not yet acknowledged.",

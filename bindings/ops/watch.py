@@ -16,7 +16,6 @@ database; a read that fails leaves the value unknown (the gauge goes away) until
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -25,6 +24,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pyharvest.bindings.ops.latency import LatencyDistribution
+from pyharvest.bindings.ops.periodic import Periodic
 from pyharvest.core.telemetry.logs import one_line
 
 if TYPE_CHECKING:
@@ -72,9 +72,11 @@ def outbox_binding(harvest: HarvestEngine | ShardedHarvestEngine) -> object | No
     return binding
 
 
-class OutboxWatch:
+class OutboxWatch(Periodic):
     """Reads the oldest row's age and the quarantine every ``interval`` seconds on a daemon
     thread; :attr:`age` and :attr:`quarantined` are ``None`` while unknown."""
+
+    thread_name = "pyharvest-outbox-watch"
 
     def __init__(
         self,
@@ -85,12 +87,10 @@ class OutboxWatch:
         history: int = HISTORY,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__(interval)
         self._harvest = harvest
-        self.interval = interval
         self._latency = latency
         self._clock = clock
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.age: float | None = None
         #: The quarantine's rows (``QuarantinedKey``), oldest first; [] without a quarantine.
         self.quarantined: list[Any] | None = None
@@ -98,21 +98,8 @@ class OutboxWatch:
         self._failures = 0
         self._last: tuple[float, int, LatencyDistribution | None] | None = None
 
-    def start(self) -> OutboxWatch:
-        self._thread = threading.Thread(target=self._run, name="pyharvest-outbox-watch", daemon=True)
-        self._thread.start()
-        return self
 
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join(timeout)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.read_once()
-            self._stop.wait(self.interval)
 
     def read_once(self) -> None:
         """Read the age and the quarantine now, and add a sample to the history."""

@@ -6,8 +6,9 @@ from typing import Any
 
 from pyharvest.bindings.sql.binding import MalformedRowHandler, SqlBinding
 from pyharvest.bindings.sql.connect import create_engine, resolve
+from pyharvest.bindings.sql.grants import check_grants, component_grants
 from pyharvest.bindings.sql.quarantine import QuarantineTable
-from pyharvest.bindings.sql.schema import check_privileges, check_table, has_key_hash
+from pyharvest.bindings.sql.schema import check_table, has_key_hash
 from pyharvest.plugins.api import NATIVE, OutboxTable, TableName, parse_table_name
 
 __all__ = ["create_binding"]
@@ -29,8 +30,9 @@ def create_binding(
     ``dialect`` names the plugin (default: from the URL's backend). ``layout`` forces
     ``"native"`` or ``"goharvest"`` (default: recognised from the table's columns). Raises
     :class:`~pyharvest.core.errors.ConfigError` for a bad table name or data source and
-    :class:`~pyharvest.core.errors.BindingError` when the table is missing or wrong, or the
-    user may not select, update and delete its rows.
+    :class:`~pyharvest.core.errors.BindingError` when the table is missing or wrong, and
+    :class:`~pyharvest.core.errors.MissingGrantError` naming a privilege the harvester needs
+    (:mod:`pyharvest.bindings.sql.grants`) that the connecting role lacks.
 
     ``quarantine=True`` (``poisonPolicy: quarantine``) creates the quarantine table if it is
     missing and makes marks skip quarantined keys; otherwise the mark statement is the plain
@@ -46,7 +48,7 @@ def create_binding(
         if quarantine:
             q = QuarantineTable.for_outbox(outbox)
             q.create(engine)
-        check_privileges(engine, outbox, q.table if q is not None else None)
+        check_grants(engine, plugin, component_grants("reaper", outbox, quarantine=q is not None), "reaper")
         return SqlBinding(
             engine,
             outbox,

@@ -125,7 +125,8 @@ class QuarantineTable:
             # Two processes racing through checkfirst: the loser's CREATE fails; fine if it exists now.
             if not self.exists(engine):
                 raise BindingError(
-                    f"cannot create quarantine table {str(self.name)!r}: {str(getattr(e, 'orig', e)).splitlines()[0]}"
+                    f"cannot create quarantine table {str(self.name)!r}: {str(getattr(e, 'orig', e)).splitlines()[0]}; "
+                    "`reaper init-db -f FILE` (poisonPolicy: quarantine), run as the outbox's owner, creates it"
                 ) from e
 
     # ------------------------------------------------------------------ operations

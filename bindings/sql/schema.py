@@ -30,7 +30,6 @@ from pyharvest.plugins.api import (
 )
 
 __all__ = [
-    "check_privileges",
     "check_table",
     "create_outbox_table",
     "has_key_hash",
@@ -195,38 +194,3 @@ def check_table(engine: sa.Engine, name: TableName, plugin: Dialect, layout: str
             f"compare it with `reaper schema --binding {plugin.name}`, or create a fresh one with `reaper init-db`"
         )
     return layout
-
-
-
-
-def check_privileges(engine: sa.Engine, outbox: OutboxTable, extra: sa.Table | None = None) -> None:
-    """Fail at start-up, naming the table and the statement, when the connecting role may not
-    select, update and delete outbox rows (and select and delete rows of ``extra``, the
-    quarantine table). The probes touch no row (``WHERE false``) and are rolled back."""
-    t = outbox.table
-    probes: list[tuple[str, sa.Executable]] = [
-        (f"SELECT from {outbox.name}", sa.select(*t.c).where(sa.false())),
-        (f"UPDATE of {outbox.name}", sa.update(t).where(sa.false()).values(leader_id=sa.null())),
-        (f"DELETE from {outbox.name}", sa.delete(t).where(sa.false())),
-    ]
-    if extra is not None:
-        shown = f"{extra.schema}.{extra.name}" if extra.schema else extra.name
-        probes += [
-            (f"SELECT from {shown}", sa.select(*extra.c).where(sa.false())),
-            (f"DELETE from {shown}", sa.delete(extra).where(sa.false())),
-        ]
-    where = engine.url.render_as_string(hide_password=True)
-    with engine.connect() as conn:
-        for what, stmt in probes:
-            trans = conn.begin()
-            try:
-                conn.execute(stmt)
-            except sa.exc.DBAPIError as e:
-                trans.rollback()
-                reason = str(e.orig).strip().splitlines()[0] if e.orig is not None else str(e)
-                raise BindingError(
-                    f"the database user at {where} may not {what.split(' ')[0]} rows of the outbox "
-                    f"({what} failed: {reason}); grant SELECT, UPDATE, DELETE on it"
-                    + (" and SELECT, INSERT, DELETE on its quarantine table" if extra is not None else "")
-                ) from None
-            trans.rollback()

@@ -19,6 +19,7 @@ import hashlib
 
 import sqlalchemy as sa
 
+from pyharvest.bindings.sql.grants import Grant, check_grants
 from pyharvest.core.errors import BindingError
 from pyharvest.core.outbox.keys import key_hash
 from pyharvest.core.outbox.records import OutboxRecord
@@ -135,6 +136,8 @@ def check_shardable(engine: sa.Engine, outbox: OutboxTable, plugin: Dialect, sha
             f"outbox table {str(name)!r} has no index for {shards} shards ({shard_index_name(name, shards)}), "
             f"so every shard's mark would scan the table; create it with {fix}"
         )
+    why = "the start-up check that the table refuses rows without a key hash (one row, rolled back)"
+    check_grants(engine, plugin, [Grant(("INSERT",), outbox.table, why)], "reaper")
     if accepts_rows_without_hash(engine, outbox):
         raise BindingError(
             f"outbox table {str(name)!r} still accepts rows without a key hash, which a writer that read the "

@@ -50,6 +50,8 @@ class FailedAttempts:
         self._metrics = metrics
         self._emit = emit
         self._attempts: dict[int, int] = {}
+        # The producer's settings name the principal in an ACL's refusal (the user, never a secret).
+        self._kafka_config = {**config.base_kafka_config, **config.producer_kafka_config}
         # Each record's first refusal for good: later attempts can fail for a consequence of it
         # (an invalid topic name is TOPIC_EXCEPTION once, then librdkafka's cached
         # _UNKNOWN_TOPIC), whose hint ("create it") would send the operator the wrong way.
@@ -72,7 +74,8 @@ class FailedAttempts:
                 verdicts.poison += 1
                 if rec.id is not None:
                     cause = self._first_poison.setdefault(rec.id, err)
-                hint = poison_hint(cause.code, rec.topic, config.poison_policy if quarantine_on else "block")
+                policy = config.poison_policy if quarantine_on else "block"
+                hint = poison_hint(cause.code, rec.topic, policy, self._kafka_config)
                 verdicts.first_hint = verdicts.first_hint or hint
             verdicts.fatal = verdicts.fatal or err.fatal
             self._emit(DeliveryFailed(rec.id, rec.key, rec.topic, str(err), err.retriable, attempts, hint))
@@ -96,7 +99,7 @@ class FailedAttempts:
             if q.record.id is not None:
                 self._attempts.pop(q.record.id, None)
                 self._first_poison.pop(q.record.id, None)
-            hint = quarantine_hint(q.error.split(":", 1)[0], q.record.topic)
+            hint = quarantine_hint(q.error.split(":", 1)[0], q.record.topic, self._kafka_config)
             log.error(
                 "quarantined key %r after %d failed attempts of record %s (topic %r): %s; "
                 "its later records are held back until the key is replayed or discarded. %s",

@@ -8,6 +8,10 @@ the ``hint`` of :class:`~pyharvest.events.DeliveryFailed` and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from pyharvest.core.config.kafka_acls import Acl, describe_principal, principal_of
+
 __all__ = ["poison_hint", "quarantine_hint"]
 
 _TOO_LARGE = (
@@ -23,8 +27,10 @@ _TOO_LARGE = (
 _HINTS = {
     "MSG_SIZE_TOO_LARGE": _TOO_LARGE,
     "RECORD_LIST_TOO_LARGE": _TOO_LARGE,
+    # A topic the principal may not write to: an ACL to grant, or a record whose topic is wrong
+    # (a typo matches no ACL). Either way only this record's key waits.
     "TOPIC_AUTHORIZATION_FAILED": (
-        "the harvester's principal may not write to topic {topic}: grant it WRITE and DESCRIBE on the topic"
+        "Kafka refuses {principal} Write on topic {topic}: grant it ({command}), or fix the record's topic"
     ),
     "UNKNOWN_TOPIC_OR_PART": (
         "topic {topic} does not exist: create it (or enable the broker's auto.create.topics.enable)"
@@ -41,12 +47,16 @@ _HINTS = {
 }
 
 
-def poison_hint(code: str, topic: str, policy: str) -> str:
+def poison_hint(code: str, topic: str, policy: str, kafka_config: Mapping[str, object] | None = None) -> str:
     """What to do about a record Kafka refuses for good with ``code``, under ``policy``; empty
-    for a code with nothing to suggest beyond the policy."""
+    for a code with nothing to suggest beyond the policy. ``kafka_config``, the producer's
+    settings, names the principal an ACL refused (its user name, never a secret)."""
     what = _HINTS.get(code.lstrip("_"), "")
     if what:
-        what = what.format(topic=topic) + "; "
+        config = kafka_config or {}
+        acl = Acl("topic", topic, ("Write",), "publishing the outbox's records")
+        command = acl.command(principal_of(config) or "User:NAME", str(config.get("bootstrap.servers", "BROKER:9092")))
+        what = what.format(topic=topic, principal=describe_principal(config), command=command) + "; "
     if policy == "quarantine":
         return what + (
             "after limits.maxDeliveryAttempts its key is quarantined: `reaper quarantine list` shows it, "
@@ -58,6 +68,6 @@ def poison_hint(code: str, topic: str, policy: str) -> str:
     )
 
 
-def quarantine_hint(code: str, topic: str) -> str:
+def quarantine_hint(code: str, topic: str, kafka_config: Mapping[str, object] | None = None) -> str:
     """What to do about a quarantined key whose record failed with ``code``."""
-    return poison_hint(code, topic, "quarantine")
+    return poison_hint(code, topic, "quarantine", kafka_config)

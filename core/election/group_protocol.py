@@ -163,7 +163,13 @@ def leader_client_configs(
         # The group must not expire a live member before the member fences itself.
         consumer = {"heartbeat.interval.ms": session.heartbeat_ms, **config, "session.timeout.ms": session.session_ms}
     consumer.update({"group.id": group_id, "enable.auto.commit": False, "auto.offset.reset": "latest"})
-    return consumer, {**config, "linger.ms": 0, "delivery.timeout.ms": session.heartbeat_timeout_ms}
+    producer: dict[str, object] = {**config, "linger.ms": 0, "delivery.timeout.ms": session.heartbeat_timeout_ms}
+    if not producer.get("enable.idempotence") and "message.send.max.retries" not in producer:
+        # A heartbeat is not retried: the next pulse sends another, and a refused one then
+        # reports the broker's own reason (NOT_ENOUGH_REPLICAS below min.insync.replicas,
+        # which readiness shows) rather than a local timeout.
+        producer.setdefault("retries", 0)
+    return consumer, producer
 
 
 def session_setting_note(config: KafkaConfigMap, heartbeat_timeout: float) -> str | None:

@@ -7,8 +7,8 @@ partition and consumes them; a shard whose heartbeats do not come back within
 ``heartbeat_timeout`` is fenced on its own (the group may be reassigning it), and a heartbeat
 that arrives later while the member still owns it restores it.
 
-:class:`ShardGroup` is the process's member of the group and :class:`ShardLease` one shard's
-leadership as its engine sees it. A sharded harvester (:mod:`~pyharvest.core.engine.sharded`) pulses
+:class:`ShardGroup` is the process's member of the group and :class:`~pyharvest.core.election.lease.ShardLease`
+one shard's leadership as its engine sees it. A sharded harvester (:mod:`~pyharvest.core.engine.sharded`) pulses
 the group on a thread of its own; the single leader (:class:`Neli`) is the one-shard group,
 pulsed on its engine's main loop. With more than one shard the group assigns incrementally
 (cooperative-sticky under the classic group protocol; the broker's assignor under KIP-848's
@@ -16,7 +16,7 @@ consumer protocol, :mod:`~pyharvest.core.election.group_protocol`), so a member 
 only the shards that change owner.
 
 Why order holds across a move: a revocation is served inside the group's poll, and
-:meth:`ShardLease.lose` steps the engine down and waits for its in-flight records before
+:meth:`~pyharvest.core.election.lease.ShardLease.lose` steps the engine down and waits for its in-flight records before
 returning, so the next owner is not assigned the partition until nothing of this one's is in
 the air (classic: the member rejoins only after its callback; consumer protocol: the broker
 assigns a revoked partition only once the member's next heartbeat, sent after the callback,
@@ -27,10 +27,8 @@ change. Acquisitions reach the engine on its own thread, at its next pulse.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
-from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
 from pyharvest.core.config.choices import GroupProtocol
@@ -44,26 +42,13 @@ from pyharvest.core.election.group_protocol import (
     shard_client_configs,
 )
 from pyharvest.core.election.heartbeats import Heartbeats
-from pyharvest.core.errors import TopicError
+from pyharvest.core.election.lease import LeaderStatus, ShardLease, StatusHandler
+from pyharvest.core.errors import KafkaAuthorizationError, TopicError
 from pyharvest.core.ports.kafka import KafkaClients, KafkaConfigMap, LeaderConsumer, Producer
 
-__all__ = [
-    "LeaderStatus",
-    "Leadership",
-    "Neli",
-    "ShardConsumer",
-    "ShardGroup",
-    "ShardLease",
-    "group_settings",
-]
+__all__ = ["Neli", "ShardConsumer", "ShardGroup", "group_settings"]
 
 log = logging.getLogger("pyharvest.neli")
-
-
-class LeaderStatus(Enum):
-    ACQUIRED = "acquired"
-    REVOKED = "revoked"
-    FENCED = "fenced"
 
 
 def group_settings(config: Config) -> dict[str, Any]:
@@ -82,100 +67,11 @@ def group_settings(config: Config) -> dict[str, Any]:
     }
 
 
-class Leadership(Protocol):
-    """What the engine needs of its leader election: :class:`Neli` for a single leader, a
-    :class:`ShardLease` for one shard of a sharded outbox."""
-
-    def start(self) -> None: ...
-
-    def pulse(self) -> bool:
-        """Poll if due, and return whether this process leads (now)."""
-        ...
-
-    def poll_due(self) -> float: ...
-
-    @property
-    def since_last_poll(self) -> float: ...
-
-    @property
-    def broker_connected(self) -> bool | None: ...
-
-    def close(self) -> None: ...
-
-
-StatusHandler = Callable[[LeaderStatus], None]
-
 @runtime_checkable
 class ShardConsumer(LeaderConsumer, Protocol):
     def poll_partitions(self, timeout: float) -> list[int]:
         """:meth:`poll`, returning the partition of every message read."""
         ...
-
-
-class ShardLease:
-    """Leadership of one shard as its engine sees it (the protocol of :class:`Neli`)."""
-
-    def __init__(self, group: ShardGroup, shard: int) -> None:
-        self.group = group
-        self.shard = shard
-        self._on_status: StatusHandler = lambda status: None
-        self._state = threading.Lock()
-        # Status changes reach the engine one at a time and in order, from either thread.
-        self._delivering = threading.RLock()
-        self._leading = False
-        self._announced = False
-        self._last_pulse = float("-inf")
-
-    def bind(self, on_status: StatusHandler) -> ShardLease:
-        self._on_status = on_status
-        return self
-
-    # -- what the engine calls, on its main thread --------------------------------------
-
-    def start(self) -> None:
-        """The group is started by its owner; nothing to join here."""
-
-    def pulse(self) -> bool:
-        self._last_pulse = time.monotonic()
-        with self._delivering:
-            with self._state:
-                due = self._leading and not self._announced
-                self._announced = self._announced or due
-            if due:
-                self._on_status(LeaderStatus.ACQUIRED)
-        return self._leading
-
-    def poll_due(self) -> float:
-        return max(0.0, self._last_pulse + self.group.min_poll_interval - time.monotonic())
-
-    @property
-    def is_leader(self) -> bool:
-        return self._leading
-
-    @property
-    def since_last_poll(self) -> float:
-        return self.group.since_last_poll
-
-    @property
-    def broker_connected(self) -> bool | None:
-        return self.group.broker_connected
-
-    def close(self) -> None:
-        """The group is closed by its owner."""
-
-    # -- what the group calls, on its thread --------------------------------------------
-
-    def acquire(self) -> None:
-        with self._state:
-            self._leading = True
-
-    def lose(self, status: LeaderStatus) -> None:
-        """Stop leading: the engine steps down and quiesces before this returns."""
-        with self._delivering:
-            with self._state:
-                was_announced, self._leading, self._announced = self._announced, False, False
-            if was_announced:
-                self._on_status(status)
 
 
 class ShardGroup:
@@ -218,7 +114,7 @@ class ShardGroup:
         self._polled = False
         self._consumer: LeaderConsumer | None = None
         self._producer: Producer | None = None
-        self._heartbeats = Heartbeats(leader_topic, name)
+        self._heartbeats = Heartbeats(leader_topic, name, kafka_config, clock)
 
     @property
     def owned(self) -> frozenset[int]:
@@ -231,6 +127,11 @@ class ShardGroup:
     @property
     def broker_connected(self) -> bool | None:
         return getattr(self._consumer, "connected", None)
+
+    @property
+    def broker_error(self) -> str | None:
+        """Why this member cannot lead although the broker answers (:meth:`Heartbeats.refusal`)."""
+        return self._heartbeats.refusal(self._heartbeat_timeout)
 
     def poll_due(self) -> float:
         """Seconds until the next poll is due (0 if it is due now, or has never run)."""
@@ -306,6 +207,8 @@ class ShardGroup:
             log.warning("groupProtocol consumer: %s", note)
         try:
             self._clients.set_group_session(cfg, self.group_id, session)
+        except KafkaAuthorizationError:
+            raise
         except TopicError as e:
             shown = "unknown" if bounds is None else f"{bounds.default_session_ms / 1000:g}s"
             if bounds is not None and bounds.default_session_ms < session.heartbeat_timeout_ms:
@@ -394,7 +297,7 @@ class ShardGroup:
 class Neli:
     """The single leader (``shards: 1``): the one-shard :class:`ShardGroup`, pulsed on the
     engine's main loop (so rebalance callbacks, and the status changes they bring, run there
-    too); the :class:`Leadership` of an engine that harvests the whole outbox."""
+    too); the :class:`~pyharvest.core.election.lease.Leadership` of an engine that harvests the whole outbox."""
 
     def __init__(
         self,
@@ -425,6 +328,10 @@ class Neli:
     @property
     def broker_connected(self) -> bool | None:
         return self._group.broker_connected
+
+    @property
+    def broker_error(self) -> str | None:
+        return self._group.broker_error
 
     @property
     def since_last_poll(self) -> float:

@@ -44,7 +44,8 @@ from collections.abc import Callable
 from pyharvest.core.config.settings import Config, mask_data_source, mask_kafka_config
 from pyharvest.core.delivery.mode import ModeContext
 from pyharvest.core.delivery.shared_producer import SharedProducer
-from pyharvest.core.election.neli import Leadership, LeaderStatus, Neli, group_settings
+from pyharvest.core.election.lease import Leadership, LeaderStatus
+from pyharvest.core.election.neli import Neli, group_settings
 from pyharvest.core.engine.idle import IdleBackoff, Wakeup
 from pyharvest.core.engine.lifecycle import Lifecycle, State
 from pyharvest.core.engine.modes import delivery_mode
@@ -174,7 +175,8 @@ class HarvestEngine(Lifecycle):
         binding = self._binding
         database, database_error = self._database_probe.state(binding)
         feed = binding.feed_connected if self._unwatch is not None and isinstance(binding, ChangeFeed) else None
-        return Health(self._state is State.RUNNING, self.is_leader, broker, database, feed, database_error)
+        return Health(self._state is State.RUNNING, self.is_leader, broker, database, feed, database_error,
+                      getattr(neli, "broker_error", None))
 
     def _open(self) -> None:
         cfg = self.config

@@ -22,7 +22,7 @@ from pyharvest.core.election.neli import ShardGroup, group_settings
 from pyharvest.core.engine.harvest import HarvestEngine
 from pyharvest.core.engine.lifecycle import Lifecycle, State
 from pyharvest.core.engine.modes import delivery_mode
-from pyharvest.core.errors import BindingError, HarvestError
+from pyharvest.core.errors import BindingError, HarvestError, MissingGrantError
 from pyharvest.core.ports.database import ShardableBinding
 from pyharvest.core.ports.kafka import KafkaClients
 from pyharvest.core.telemetry.health import Health
@@ -85,6 +85,7 @@ class ShardedHarvestEngine(Lifecycle):
             database_connected=False if False in database else (True if database else None),
             change_feed_connected=all(feed) if feed else None,
             database_error=next((h.database_error for h in healths if h.database_error), None),
+            broker_error=group.broker_error if group is not None else None,
         )
 
     def refresh_health(self) -> None:
@@ -109,6 +110,8 @@ class ShardedHarvestEngine(Lifecycle):
         )
         try:
             self._binding.for_shard(cfg.shards, 0).dispose()  # refuses a table that cannot be sharded
+        except MissingGrantError:
+            raise  # a privilege to grant, not the table's shape: the leader topic has nothing to add
         except BindingError as e:
             # A change of shards usually needs the table and the leader topic both changed: say both.
             topic = self._group.topic_problem()

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pyharvest.core.config.masking import mask_data_source
 from pyharvest.core.errors import TableNotFoundError
 from pyharvest.core.ports.database import DatabaseBinding
 from pyharvest.core.telemetry.logs import log, one_line
@@ -47,10 +48,14 @@ class Health:
     #: Why the database counts as down (the last ping's error, or how long it has not
     #: answered); None while it answers.
     database_error: str | None = None
+    #: Why Kafka counts as down although it answers: it has refused the leader's heartbeats
+    #: for a heartbeat timeout (say, ``NOT_ENOUGH_REPLICAS`` below ``min.insync.replicas``).
+    broker_error: str | None = None
 
     @property
     def ready(self) -> bool:
-        return self.running and self.broker_connected is not False and self.database_connected is not False
+        return (self.running and self.broker_connected is not False and self.broker_error is None
+                and self.database_connected is not False)
 
 
 class DatabaseProbe:
@@ -110,8 +115,9 @@ class DatabaseProbe:
             ping()
             answer, error = True, None
         except Exception as e:  # noqa: BLE001 - reported as not ready, with its reason
-            log.debug("database ping failed: %s", one_line(e))
-            answer, error = False, one_line(e)
+            # /readyz shows the reason: a driver that quotes its connection URL keeps its password.
+            answer, error = False, mask_data_source(one_line(e))
+            log.debug("database ping failed: %s", error)
         with self._lock:
             self._answer, self._error = answer, error
             self._answered_at = time.monotonic()

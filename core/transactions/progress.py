@@ -11,9 +11,10 @@ import json
 import uuid
 from collections.abc import Sequence
 
+from pyharvest.core.config.kafka_acls import transactional_id_prefix
 from pyharvest.core.config.settings import Config
 from pyharvest.core.delivery.sender import producer_config
-from pyharvest.core.errors import ConfigError, HarvestError
+from pyharvest.core.errors import ConfigError, HarvestError, KafkaAuthorizationError
 from pyharvest.core.ports.kafka import KafkaClients, TopicError, TransactionalKafkaClients, TransactionError
 
 __all__ = [
@@ -40,7 +41,7 @@ TRANSACTION_CALL_SECONDS = 30.0
 def transactional_id(leader_group_id: str, shard: int) -> str:
     """The ``transactional.id`` of a shard's producers: the same for every leader the shard
     ever has, so that each new one fences the last."""
-    return f"pyharvest.{leader_group_id}.{shard}"
+    return f"{transactional_id_prefix(leader_group_id)}{shard}"
 
 
 def transactional_config(config: Config, shard: int) -> dict[str, object]:
@@ -91,13 +92,16 @@ def check_transactions(kafka: KafkaClients, config: Config) -> None:
     servers = config.base_kafka_config.get("bootstrap.servers")
     try:
         kafka.ensure_progress_topic(config.base_kafka_config, config.progress_topic, config.shards + 1)
+    except KafkaAuthorizationError:
+        raise
     except TopicError as e:
         raise HarvestError(f"delivery: exactly-once: {e}") from None
     # An id of its own, never a shard's: initialising it fences no leader; and never another
     # process's, whose probe it would fence when both start at once (Kafka forgets an idle id
     # after transactional.id.expiration.ms, 7 days). Its partition is one past the shards': a
     # leader's open transaction there would hold the probe's read_committed read back.
-    probe_id = f"pyharvest.{config.leader_group_id}.probe.{uuid.uuid4().hex[:12]}"
+    # After the last dot, like a shard's number: one prefixed ACL, pyharvest.<group>., covers both.
+    probe_id = f"{transactional_id_prefix(config.leader_group_id)}probe-{uuid.uuid4().hex[:12]}"
     probe_config = {**producer_config(config), "transactional.id": probe_id}
     try:
         kafka.probe_transactions(probe_config, config.progress_topic, config.shards, TRANSACTION_CALL_SECONDS)

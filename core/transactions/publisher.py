@@ -40,7 +40,7 @@ from typing import cast
 from pyharvest.core.config.choices import PoisonPolicy
 from pyharvest.core.config.settings import Config
 from pyharvest.core.delivery.failures import FailedAttempts, settle
-from pyharvest.core.errors import HarvestError
+from pyharvest.core.errors import HarvestError, KafkaAuthorizationError
 from pyharvest.core.outbox.identity import RECORD_ID_HEADER, identity_stamp
 from pyharvest.core.outbox.records import OutboxRecord
 from pyharvest.core.ports.database import DatabaseBinding, QuarantineBinding
@@ -149,6 +149,9 @@ class TransactionalPublisher:
             value = kafka.last_committed(
                 cfg.base_kafka_config, cfg.progress_topic, self._shard, TRANSACTION_CALL_SECONDS
             )
+        except KafkaAuthorizationError:
+            producer.close()  # an ACL missing: no retry will get through
+            raise
         except (TransactionError, TopicError) as e:
             producer.close()
             log.warning("taking over the shard's transactions failed, retrying: %s", one_line(e))

@@ -15,8 +15,10 @@ What is here:
 * bulk writes: the :class:`BulkWriter` protocol and its helpers;
 * push wake-ups: the :class:`Listener` protocol (PostgreSQL's ``LISTEN``);
 * :class:`DialectOptions`: what a dialect declares as data (the answer of its one required
-  hook): its name, its :class:`Capabilities` (the flags asked instead of its name), its
-  tables' :class:`TableOptions`, its :class:`MarkOptions`, its ``MERGE``'s :class:`MergeForm`;
+  hook): its name, its :class:`Capabilities` (the flags asked instead of its name, its
+  privileges' among them), its tables' :class:`TableOptions`, its :class:`MarkOptions`, its
+  ``MERGE``'s :class:`MergeForm`;
+* privileges: :func:`grant_statements`, :func:`privilege_probe`, :func:`is_privilege_error`;
 * :class:`Dialect`, :func:`load_dialect`: a loaded plugin with typed access to its hooks.
 """
 
@@ -32,6 +34,7 @@ from pyharvest.plugins.api.dialect import (
     installed_dialects,
     load_dialect,
 )
+from pyharvest.plugins.api.grants import PRIVILEGES, grant_statements, is_privilege_error, privilege_probe
 from pyharvest.plugins.api.identifiers import MAX_PART_LENGTH, TableName, parse_table_name
 from pyharvest.plugins.api.marking import (
     MarkOptions,
@@ -75,6 +78,7 @@ __all__ = [
     "LIBPQ_DIALECT",
     "MAX_PART_LENGTH",
     "NATIVE",
+    "PRIVILEGES",
     "PROJECT_NAME",
     "REQUIRED_COLUMNS",
     "SHARD_EXPRESSION",
@@ -108,14 +112,17 @@ __all__ = [
     "dialect_of",
     "encode_headers",
     "expression_index_ddl",
+    "grant_statements",
     "hookimpl",
     "installed_dialects",
     "is_libpq_dsn",
+    "is_privilege_error",
     "libpq_to_url",
     "literal_limit",
     "load_dialect",
     "mask_url",
     "parse_table_name",
+    "privilege_probe",
     "raise_as_sqlalchemy_error",
     "shard_column",
     "shard_column_filter",

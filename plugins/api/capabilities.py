@@ -35,6 +35,19 @@ class Capabilities:
     #: (SQLite's rowid, 64 bits all the same): :class:`~pyharvest.plugins.api.GeneratedId`
     #: declares ``INTEGER`` there and ``BIGINT`` elsewhere.
     integer_ids: bool = False
+    #: The database has roles and ``GRANT`` (SQLite has neither: the file's permissions decide).
+    grants: bool = True
+    #: ``GRANT`` names accounts, ``'user'@'host'``, or roles, both written as strings (MySQL,
+    #: MariaDB); elsewhere a grantee is an identifier.
+    account_grantees: bool = False
+    #: A role needs ``USAGE`` on a schema to reach the tables in it (PostgreSQL).
+    schema_usage: bool = False
+    #: An id generated without ``IDENTITY`` draws from a sequence ``<table>_<column>_seq``, on
+    #: which a role that inserts needs ``USAGE`` (PostgreSQL's serial columns).
+    serial_sequences: bool = False
+    #: How the driver reports a statement refused for want of a privilege: SQLSTATEs or error
+    #: numbers (see :func:`~pyharvest.plugins.api.grants.is_privilege_error`).
+    privilege_errors: tuple[str | int, ...] = ()
 
 
 # How a SQLAlchemy backend's capabilities are found: installed by the dialect registry

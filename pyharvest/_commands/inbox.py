@@ -182,7 +182,8 @@ def check_kafka(cfg: Any) -> None:
         raise explain_refusal(e, sections, {"group.id": "inbox.groupID"}) from None
     missing = [t for t in cfg.topics if t not in topics]
     if missing:
-        log.warning("topic(s) %s do not exist yet; the inbox consumes them once they do", ", ".join(missing))
+        log.warning("topic(s) %s do not exist yet, or the inbox's principal may not read them (its first poll "
+                    "says which); the inbox consumes them once they do", ", ".join(missing))
 
 
 def _print_dead_letters(engine: Any, tables: Any, group_id: str, limit: int) -> int:

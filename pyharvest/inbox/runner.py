@@ -202,6 +202,12 @@ class Inbox:
         self._engine = engine
         if c.create_tables:
             self.tables.create(engine)
+        from pyharvest.bindings.sql.grants import check_grants
+        from pyharvest.plugins.api import dialect_of
+
+        dialect = dialect_of(engine)
+        if dialect is not None:  # a missing privilege fails here, named, not at the first message
+            check_grants(engine, dialect, self.tables.grants(), "inbox")
         from pyharvest.bindings.kafka.inbox_consumer import ConfluentInboxConsumer
 
         consumer = self._consumer = ConfluentInboxConsumer(

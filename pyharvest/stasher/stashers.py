@@ -22,7 +22,7 @@ from pyharvest.stasher.tables import (
     ashape_of,
     bulk_writers_of,
     forced,
-    refused_for_key_hash,
+    refused_insert,
     shape_of,
     statement,
 )
@@ -142,7 +142,7 @@ class PreparedStasher(_Prepared[sa.Connection]):
         try:
             self._conn.execute(self._insert, params)
         except sa.exc.DBAPIError as e:
-            changed = refused_for_key_hash(e, self._conn.engine, self.outbox)
+            changed = refused_insert(e, self._conn.engine, self.outbox)
             if changed is None:
                 raise
             raise changed from e
@@ -169,7 +169,7 @@ class PreparedStasher(_Prepared[sa.Connection]):
         except sa.exc.DBAPIError as e:
             if writers is not None:
                 writers.insert_failed(conn.engine)
-            changed = refused_for_key_hash(e, conn.engine, self.outbox)
+            changed = refused_insert(e, conn.engine, self.outbox)
             if changed is None:
                 raise
             raise changed from e
@@ -195,7 +195,7 @@ class AsyncPreparedStasher(_Prepared["AsyncConnection"]):
         try:
             await self._conn.execute(self._insert, params)
         except sa.exc.DBAPIError as e:
-            changed = refused_for_key_hash(e, self._conn.sync_engine, self.outbox)
+            changed = refused_insert(e, self._conn.sync_engine, self.outbox)
             if changed is None:
                 raise
             raise changed from e

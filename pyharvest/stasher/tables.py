@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, NamedTuple
 import sqlalchemy as sa
 
 from pyharvest.bindings.sql.bulk_insert import BulkWriters
+from pyharvest.bindings.sql.grants import Grant, refused_grant
 from pyharvest.plugins.api import (
+    GOHARVEST,
     KEY_HASH_COLUMN,
     KEY_HASH_GUARD_SUFFIX,
     NATIVE,
@@ -32,7 +34,7 @@ __all__ = [
     "ashape_of",
     "bulk_writers_of",
     "forced",
-    "refused_for_key_hash",
+    "refused_insert",
     "shape_of",
     "statement",
 ]
@@ -125,12 +127,24 @@ def bulk_writers_of(outbox: OutboxTable) -> BulkWriters:
     return found
 
 
-def refused_for_key_hash(
+def refused_insert(error: sa.exc.DBAPIError, engine: sa.Engine, outbox: OutboxTable) -> Exception | None:
+    """What to raise instead of ``error``, an insert's failure: the role's missing privilege
+    (:class:`~pyharvest.errors.MissingGrantError`, naming the grant), or the table's key
+    hash guard refusing a row written without a hash, by a shape looked up before ``reaper
+    init-db --shards`` added the column; None for anything else."""
+    plugin = dialect_of(engine.dialect)
+    if plugin is not None:
+        grant = Grant(("INSERT",), outbox.table, "stashing records", serial_id=outbox.layout == GOHARVEST)
+        missing = refused_grant(error, engine, plugin, grant, "stasher")
+        if missing is not None:
+            return missing
+    return _refused_for_key_hash(error, engine, outbox)
+
+
+def _refused_for_key_hash(
     error: sa.exc.DBAPIError, engine: sa.Engine, outbox: OutboxTable
 ) -> OutboxTableChangedError | None:
-    """What to raise instead of ``error`` when it is the table's key hash guard refusing a row
-    written without a hash, by a shape looked up before ``reaper init-db --shards`` added the
-    column; the shape is forgotten, so that the transaction run again reads the table anew."""
+    """The shape is forgotten, so that the transaction run again reads the table anew."""
     if outbox.key_hash or KEY_HASH_GUARD_SUFFIX not in str(error).lower():
         return None
     with _lock:
@@ -148,7 +162,9 @@ def statement(dialect: str, table: TableName, shape: tuple[str, bool]) -> tuple[
     found = _statements.get(key)
     if found is None:
         outbox = OutboxTable.build(table, shape[0], key_hash=shape[1])
-        found = (outbox, sa.insert(outbox.table))
+        # inline(): no RETURNING of the generated id, which nothing reads and which would need
+        # SELECT on the table where INSERT is all the stasher is granted (PostgreSQL).
+        found = (outbox, sa.insert(outbox.table).inline())
         with _lock:
             _statements[key] = found
     return found

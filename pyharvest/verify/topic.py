@@ -64,7 +64,7 @@ def verify_topic(
     consumer = Consumer(config)
     try:
         deadline = time.monotonic() + timeout
-        partitions = _partitions(consumer, topic, deadline, KafkaException)
+        partitions = _partitions(consumer, topic, deadline, KafkaException, config)
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         received: list[tuple[Key, Identity]] = []
         last = time.monotonic()
@@ -73,8 +73,11 @@ def verify_topic(
             for m in batch:
                 err = m.error()
                 if err is not None:
+                    if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                        raise VerifyError(_refused(config, topic, err.str()))
                     if err.fatal() or err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                         raise VerifyError(f"cannot read topic {topic!r}: {err}")
+                    # Refusals of the group are expected: the read joins none (no group ACL needed).
                     log.debug("consumer error (retried): %s", err)
                     continue
                 received.append((_decode_key(m.key()), get_identity(m)))
@@ -87,7 +90,15 @@ def verify_topic(
     return verify(exp, received)
 
 
-def _partitions(consumer: Any, topic: str, deadline: float, kafka_exception: type[Exception]) -> list[int]:
+def _refused(config: Mapping[str, object], topic: str, detail: str) -> str:
+    from pyharvest.core.config.kafka_acls import refused, verify_acls
+
+    return str(refused(config, verify_acls(topic)[0], detail))
+
+
+def _partitions(
+    consumer: Any, topic: str, deadline: float, kafka_exception: type[Exception], config: Mapping[str, object]
+) -> list[int]:
     """The topic's partition ids, waiting a little for a just-created topic's metadata."""
     error: object = None
     while True:
@@ -96,6 +107,8 @@ def _partitions(consumer: Any, topic: str, deadline: float, kafka_exception: typ
             t = md.topics.get(topic)
             if t is not None and t.error is None and t.partitions:
                 return sorted(t.partitions)
+            if t is not None and t.error is not None and "AUTHORIZATION_FAILED" in (t.error.name() or ""):
+                raise VerifyError(_refused(config, topic, t.error.str()))
             error = t.error if t is not None else "not in metadata"
         except kafka_exception as e:
             error = e

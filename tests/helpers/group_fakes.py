@@ -3,6 +3,8 @@ by the test, the heartbeat producer records what it sent, and a clock the test m
 
 from __future__ import annotations
 
+from pyharvest.core.ports.kafka import DeliveryError
+
 
 class Consumer:
     def __init__(self) -> None:
@@ -35,10 +37,11 @@ class Consumer:
 class Producer:
     def __init__(self) -> None:
         self.heartbeats: list[int] = []
+        self.refusal: DeliveryError | None = None  # what the cluster answers each heartbeat
 
     def produce(self, topic, key, value, headers, on_delivery, partition=None) -> None:
         self.heartbeats.append(partition)
-        on_delivery(None)
+        on_delivery(self.refusal)
 
     def poll(self, timeout: float) -> int:
         return 0

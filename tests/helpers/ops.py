@@ -1,4 +1,5 @@
-"""The ops server as a test reads it: its metrics scraped, its probes asked."""
+"""The ops server as a test reads it: its metrics scraped, its probes asked (in this process, or
+a ``reaper`` process's by its port)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,20 @@ def probe(ops, path: str) -> tuple[int, dict]:
     status, body = get(ops.url + path)
     return status, json.loads(body)
 
+
+def readyz(port: int) -> tuple[int, dict]:
+    """A ``reaper`` process's ``/readyz``: status and body (-1 while it does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:  # noqa: S310
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+    except OSError as e:
+        return -1, {"error": str(e)}
+
+
+def metric_total(port: int, name: str) -> float:
+    """The sum of a ``reaper`` process's samples whose name starts with ``name``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:  # noqa: S310
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))

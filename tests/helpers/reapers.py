@@ -105,7 +105,7 @@ def config(bootstrap: str, url: str, table: str, **overrides) -> Config:
     limits = {"heartbeat_timeout": 2.0, "min_poll_interval": 0.05, "io_error_backoff": 0.05}
     limits.update(overrides.pop("limits", {}))
     return Config(
-        base_kafka_config={"bootstrap.servers": bootstrap},
+        base_kafka_config={"bootstrap.servers": bootstrap, **overrides.pop("kafka", {})},
         leader_group_id=overrides.pop("group", f"faults-{uuid.uuid4().hex[:8]}"),
         data_source=url,
         outbox_table=table,

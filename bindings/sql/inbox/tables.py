@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from pyharvest.bindings.sql.grants import Grant
 from pyharvest.plugins.api import GeneratedId, UTCDateTime, parse_table_name
 
 __all__ = ["InboxTables"]
@@ -89,6 +90,16 @@ class InboxTables:
             schema=dl_name.schema,
         )
         return cls(md, cp, dd, dl)
+
+    def grants(self) -> list[Grant]:
+        """The privileges a running inbox needs on its tables, and nothing more (with
+        ``createTables: false``; ``reaper inbox --init-db``, run by their owner, creates them)."""
+        return [
+            Grant(("SELECT", "INSERT", "UPDATE"), self.checkpoint, "claiming partitions and moving their offsets"),
+            Grant(("SELECT", "INSERT", "DELETE"), self.dedupe, "dropping copies published twice, and pruning"),
+            Grant(("SELECT", "INSERT", "UPDATE", "DELETE"), self.dead_letter,
+                  "parking failed messages and replaying them", serial_id=True),
+        ]
 
     def create(self, engine: sa.Engine, attempts: int = 5) -> None:
         """Create whichever of the tables is missing (idempotent).
