@@ -1,14 +1,20 @@
 """The soak's plot: one panel per series of its CSV (:mod:`benchmarks.soak`), minutes along x.
 
     python -m benchmarks.soak_plots OUT.csv OUT.png     # redraw from a CSV
+    python -m benchmarks.soak_plots OUT.csv OUT.png --mark "25.9=storage changed" ...
+
+``--mark MINUTE=LABEL`` draws a vertical line at a minute on every panel: a run whose settings
+were changed while it ran (``ALTER TABLE … SET``) says where.
 
 Needs matplotlib (``pip install 'pyharvest[benchmarks]'``).
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
-import sys
+import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -17,10 +23,12 @@ matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt  # noqa: E402
 
 # (title, [(column, label, scale)], unit): a panel is drawn when any of its columns has values.
+# Latency is drawn on a log scale: a run that falls behind for a minute spans milliseconds to
+# tens of seconds, and a linear axis would flatten everything else to its floor.
 PANELS = [
     ("rate", [("offered_per_s", "committed", 1), ("published_per_s", "published", 1)], "records/s"),
     ("latency from commit", [("create_p50_ms", "CreateTime p50", 1), ("create_p99_ms", "CreateTime p99", 1),
-                             ("visible_p50_ms", "visible p50", 1), ("visible_p99_ms", "visible p99", 1)], "ms"),
+                             ("visible_p50_ms", "visible p50", 1), ("visible_p99_ms", "visible p99", 1)], "ms (log)"),
     ("backlog at each minute's end", [("backlog", "records", 1)], "records"),
     ("marks", [("mark_ms", "mean mark ms", 1), ("purge_ms", "mean purge ms", 1)], "ms"),
     ("reaper memory", [("rss_mib", "RSS", 1)], "MiB"),
@@ -38,7 +46,8 @@ def _values(rows: list[dict[str, str]], column: str) -> list[float | None]:
     return [float(r[column]) if r.get(column) not in (None, "") else None for r in rows]
 
 
-def plot(csv_path: Path, png_path: Path, summary: dict[str, object] | None = None) -> None:
+def plot(csv_path: Path, png_path: Path, summary: dict[str, object] | None = None,
+         marks: Sequence[tuple[float, str]] = ()) -> None:
     with open(csv_path, newline="") as f:
         rows = list(csv.DictReader(f))
     if not rows:
@@ -55,8 +64,14 @@ def plot(csv_path: Path, png_path: Path, summary: dict[str, object] | None = Non
                 ax.plot(minutes, [None if v is None else v * scale for v in ys], marker=".", label=label)
         ax.set_title(title, fontsize=10)
         ax.set_ylabel(unit)
-        ax.set_ylim(bottom=0)
+        if unit.endswith("(log)"):
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
+        for minute, label in marks:
+            ax.axvline(minute, color="grey", linestyle="--", linewidth=1)
+            ax.text(minute, 1, f" {label}", transform=ax.get_xaxis_transform(), fontsize=7, va="top", color="dimgrey")
         if len(series) > 1:
             ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(panels):]:
@@ -71,5 +86,16 @@ def plot(csv_path: Path, png_path: Path, summary: dict[str, object] | None = Non
     plt.close(fig)
 
 
+def _mark(text: str) -> tuple[float, str]:
+    minute, _, label = text.partition("=")
+    return float(minute), label
+
+
 if __name__ == "__main__":
-    plot(Path(sys.argv[1]), Path(sys.argv[2]))
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("csv", type=Path)
+    p.add_argument("png", type=Path)
+    p.add_argument("--mark", type=_mark, action="append", default=[], help="MINUTE=LABEL: a vertical line")
+    p.add_argument("--summary", type=Path, default=None, help="the soak's OUT.json, for the title")
+    args = p.parse_args()
+    plot(args.csv, args.png, json.loads(args.summary.read_text()) if args.summary else None, args.mark)
