@@ -48,7 +48,15 @@ _preparer = postgresql.dialect().identifier_preparer  # type: ignore[no-untyped-
 # The primary key is the only index the mark needs: it walks ids in order. Half-empty pages let
 # the mark's UPDATE stay on the page (a HOT update: no new index entry), which made a 500-row
 # mark ~6x cheaper in measurement; rows are transient, so the space is cheap.
-_NATIVE_DDL = TableOptions(identity=sa.Identity(), table_kwargs={"postgresql_with": {"fillfactor": 50}})
+# Autovacuum unthrottled on this table: at 10,000 records/s the default cost delay (2 ms) made
+# each vacuum of the outbox take ~30 s, the dead rows piled up ahead of the oldest live ones,
+# and every other minute the marks read 45,000-90,000 pages instead of ~200 and the relay fell
+# behind by 100,000 records (the 60-minute soak in docs/performance.md). The table holds
+# little that is live, so an unthrottled vacuum of it is short.
+_NATIVE_DDL = TableOptions(
+    identity=sa.Identity(),
+    table_kwargs={"postgresql_with": {"fillfactor": 50, "autovacuum_vacuum_cost_delay": 0}},
+)
 
 DIALECT = DialectOptions(
     name="postgresql",

@@ -39,17 +39,31 @@ def test_pause_doubles_from_mark_backoff_up_to_the_bound_once_idle():
     clock = Clock()
     idle = IdleBackoff(0.01, 1.0, clock, idle_after=0.1)
     assert idle.due_in() <= 0  # the first mark is due at once
-    pauses = empty_marks(idle, clock, 20)
-    # markBackoff for the first 100 ms of emptiness, then doubling to the bound.
-    assert pauses == [0.01] * 10 + [0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0, 1.0, 1.0, 1.0]
+    pauses = empty_marks(idle, clock, 22)
+    # A quarter, then half of markBackoff after rows; markBackoff until 100 ms of emptiness,
+    # then doubling to the bound.
+    assert pauses == [0.0025, 0.005] + [0.01] * 10 + [0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0, 1.0, 1.0, 1.0]
 
 
 def test_short_gaps_in_a_busy_stream_keep_the_pause_short():
     clock = Clock()
     idle = IdleBackoff(0.01, 1.0, clock, idle_after=0.1)
-    for _ in range(50):  # a burst of rows every 30 ms: two or three empty marks between
+    for _ in range(50):  # a burst of rows every 30 ms: three or four empty marks between
         idle.found_rows()
-        assert set(empty_marks(idle, clock, 3)) == {0.01}
+        assert empty_marks(idle, clock, 4) == [0.0025, 0.005, 0.01, 0.01]
+
+
+def test_the_first_empty_marks_after_rows_pause_less():
+    """Under a steady stream the pause after an empty mark is most of a record's wait: it
+    starts at a quarter of markBackoff after rows, and grows to markBackoff."""
+    clock = Clock()
+    idle = IdleBackoff(0.008, 1.0, clock, idle_after=0.1)
+    idle.found_rows()
+    assert empty_marks(idle, clock, 3) == [0.002, 0.004, 0.008]
+    idle.found_rows()
+    assert empty_marks(idle, clock, 1) == [0.002]  # after rows, the ramp starts again
+    zero = IdleBackoff(0.0, 1.0, clock)
+    assert set(empty_marks(zero, clock, 5)) == {0.0}  # markBackoff 0: marks back to back
 
 
 def test_rows_reset_the_pause():
@@ -60,13 +74,13 @@ def test_rows_reset_the_pause():
     idle.found_rows()
     assert idle.due_in() <= 0  # the next mark follows at once
     idle.found_nothing()
-    assert idle.due_in() == pytest.approx(0.01)
+    assert idle.due_in() == pytest.approx(0.0025)
 
 
 def test_a_wake_up_makes_the_mark_due_now_but_keeps_the_pause_growing():
     clock = Clock()
     idle = IdleBackoff(0.01, 1.0, clock, idle_after=0.1)
-    assert empty_marks(idle, clock, 14)[-1] == 0.16
+    assert empty_marks(idle, clock, 16)[-1] == 0.16
     idle.wake()
     assert idle.due_in() <= 0
     # A notification for rows an earlier mark already took: the mark finds nothing.
@@ -77,7 +91,7 @@ def test_a_wake_up_makes_the_mark_due_now_but_keeps_the_pause_growing():
 def test_a_bound_below_mark_backoff_means_a_constant_pause():
     clock = Clock()
     idle = IdleBackoff(0.05, 0.01, clock)
-    assert set(empty_marks(idle, clock, 10)) == {0.05}
+    assert empty_marks(idle, clock, 10)[2:] == [0.05] * 8  # after the ramp
 
 
 def test_wakeup_kept_until_waited_for():

@@ -1,4 +1,6 @@
-"""Soak: three ``reaper`` processes contend for one outbox while a writer stashes
+"""Soaks.
+
+The chaos soak: three ``reaper`` processes contend for one outbox while a writer stashes
 continuously over many keys; every few seconds the leader is killed (SIGKILL or SIGTERM, at
 random) or the broker link is cut through the fault proxy. At the end the verifier must report
 nothing lost and nothing reordered; the duplicate count is printed.
@@ -6,19 +8,29 @@ nothing lost and nothing reordered; the duplicate count is printed.
 ``PYHARVEST_SOAK_SECONDS`` sets how long the chaos lasts (default 20: CI's short run). The
 long run is marked ``slow``: ``PYHARVEST_SOAK_SECONDS=600 pytest -m slow tests/test_soak.py``.
 ``PYHARVEST_SOAK_SEED`` replays a run's choices.
+
+The steady soak: ``benchmarks/soak.py`` for two minutes at a modest rate, one reaper, no
+faults: every record arrives once in order, the outbox empties, and nothing the reaper holds
+(memory, threads, file descriptors) or the backlog grows without bound. No timing is
+asserted: the figures are the benchmark's (docs/performance.md), not the test's.
 """
 
 from __future__ import annotations
 
+import csv
+import json
 import os
 import random
 import signal
+import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import yaml
 
+from benchmarks.children import python_module
 from benchmarks.topic_check import read_back
 from pyharvest.bindings.sql import create_outbox_table
 from tests.helpers.faults.kafka import proxied_broker
@@ -105,3 +117,38 @@ def test_soak_long(dialect, database_url, table_name, topic_name, tmp_path):
     if "PYHARVEST_SOAK_SECONDS" not in os.environ:
         pytest.skip("set PYHARVEST_SOAK_SECONDS for the long soak")
     _soak(dialect, database_url, table_name, topic_name, tmp_path, float(os.environ["PYHARVEST_SOAK_SECONDS"]))
+
+
+STEADY_MINUTES, STEADY_RATE, STEADY_INTERVAL = 2.0, 500, 10.0
+
+
+@pytest.mark.timeout(480)
+def test_steady_soak_short(dialect, database_url, table_name, kafka_bootstrap, tmp_path):
+    """Two minutes of ``benchmarks/soak.py``: a correctness check, not a measurement."""
+    if dialect != "postgresql":
+        pytest.skip("the steady soak is dialect-independent in what it checks: PostgreSQL covers it")
+    if on_embedded_broker():
+        pytest.skip("the steady soak's LogAppendTime topic needs Apache Kafka")
+    out = tmp_path / "soak"
+    proc = subprocess.run(
+        [*python_module("benchmarks.soak"), "--database", database_url, "--bootstrap", kafka_bootstrap,
+         "--minutes", str(STEADY_MINUTES), "--rate", str(STEADY_RATE), "--interval", str(STEADY_INTERVAL),
+         "--table", table_name, "--out", str(out)],
+        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=460,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads(Path(f"{out}.json").read_text())
+    assert summary["lost"] == 0 and summary["reordered"] == 0, summary
+    assert summary["records"] >= STEADY_RATE * STEADY_MINUTES * 60 * 0.5, summary  # the writer ran
+    assert summary["reaper_exit"] == 0, summary
+    wait_until(lambda: outbox_count(database_url, table_name) == 0, 60, "the reaper to empty the outbox")
+    with open(f"{out}.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) >= 6, rows
+    # From the second row on (the first includes start-up): nothing the reaper holds keeps growing.
+    settled, last = rows[1], rows[-1]
+    assert int(last["threads"]) <= int(settled["threads"]) + 2, rows
+    assert int(last["fds"]) <= int(settled["fds"]) + 4, rows
+    assert float(last["rss_mib"]) <= 1.5 * float(settled["rss_mib"]) + 30, rows
+    # The backlog is bounded: whatever a loaded machine does to latency, the reaper keeps up.
+    assert max(int(r["backlog"]) for r in rows[1:]) <= STEADY_RATE * STEADY_INTERVAL * 3, rows
