@@ -432,15 +432,10 @@ class VisibleClock:
         self._thread.start()
 
     def _run(self) -> None:
+        from benchmarks.steady_watch import arrived
+
         while not self._stop.is_set():
-            # consume(n, timeout) returns once it has n messages or the timeout passed: a lone
-            # message would wait out the timeout, and count it as latency. Take what is there,
-            # else wait for the first message, then take the rest.
-            messages = self._consumer.consume(1000, 0)
-            if not messages:
-                first = self._consumer.poll(0.05)
-                messages = [first, *self._consumer.consume(1000, 0)] if first is not None else []
-            for m in messages:
+            for m in arrived(self._consumer, 1000, 0.05):
                 if m.error() is None and m.value() not in self.first_seen:
                     for name, stamp in m.headers() or []:
                         if name == "ts":

@@ -32,10 +32,22 @@ from array import array
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from benchmarks.steady_load import commits_path
 
-__all__ = ["Watch", "dumps", "histogram", "histogram_quantile", "percentile", "summary"]
+__all__ = ["Watch", "arrived", "dumps", "histogram", "histogram_quantile", "percentile", "summary"]
+
+
+def arrived(consumer: Any, most: int, wait: float) -> list[Any]:
+    """The messages already there (up to ``most``), else those from the first that arrives
+    within ``wait``: ``consume(n, timeout)`` waits for n messages or the whole timeout, so a
+    lone message would be timed late by up to the timeout."""
+    messages = consumer.consume(most, 0)
+    if messages:
+        return list(messages)
+    first = consumer.poll(wait)
+    return [first, *consumer.consume(most, 0)] if first is not None else []
 
 
 @dataclass
@@ -245,13 +257,7 @@ class Watcher:
         ended_at: float | None = None
         commits = self.commits
         while not self.stop.is_set():
-            # consume(n, timeout) waits for n messages or the timeout: a lone message would wait
-            # for the timeout. So: take what is there, else wait for the first, then the rest.
-            messages = c.consume(5000, 0)
-            if not messages:
-                first = c.poll(0.02)
-                if first is not None:
-                    messages = [first, *c.consume(5000, 0)]
+            messages = arrived(c, 5000, 0.02)
             received = time.time()
             commits.read()
             for m in messages:
