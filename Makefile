@@ -12,6 +12,9 @@
 #                             $(KAFKA_CLUSTER_PORTS); starts whichever nodes are down
 #   make kafka-cluster-stop   stop them (their data stays)
 #   make kafka-cluster-clean  stop them and delete their data
+#   make schema-registry       a real schema registry (Apicurio Registry 3.3.3, its Confluent-compatible
+#                              API) on 127.0.0.1:$(SCHEMA_REGISTRY_PORT); needs a Java 21+ under /usr/lib/jvm
+#   make schema-registry-stop  stop it (its storage is in memory: the next start is empty)
 #   make kafka-secure        the same Kafka secured: TLS (a CA made at start), SASL/SCRAM-SHA-512
 #                            and ACLs enforced, on 127.0.0.1:$(KAFKA_SECURE_PORT); no-op if it runs.
 #                            CA: .kafka/secure/ca.pem; super user: .kafka/secure/admin.properties
@@ -22,7 +25,7 @@ PYTHON ?= python3
 VENV   := .venv
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint docs clean kafka kafka-stop kafka-clean kafka-cluster kafka-cluster-stop kafka-cluster-clean kafka-secure kafka-secure-stop kafka-secure-clean
+.PHONY: demo test lint docs clean kafka kafka-stop kafka-clean kafka-cluster kafka-cluster-stop kafka-cluster-clean kafka-secure kafka-secure-stop kafka-secure-clean schema-registry schema-registry-stop
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "pyharvest needs Python 3.11 or newer")'
@@ -81,6 +84,17 @@ kafka-secure-stop:
 kafka-secure-clean:
 	bash .ci/kafka/secure clean
 
+# The typed-message tests' registry (.ci/schema-registry), unless PYHARVEST_TEST_SCHEMA_REGISTRY
+# names another's Confluent-compatible URL.
+SCHEMA_REGISTRY_PORT ?= 18081
+export SCHEMA_REGISTRY_PORT
+
+schema-registry:
+	bash .ci/schema-registry start
+
+schema-registry-stop:
+	bash .ci/schema-registry stop
+
 # Then the environments that run alone (.ci/envs alone: the fault tests on the three-node cluster,
 # which `make test` starts once, unless PYHARVEST_TEST_KAFKA_CLUSTER names one already).
 test: $(STAMP)
@@ -88,8 +102,10 @@ test: $(STAMP)
 	bash .ci/tools
 	@if [ -z "$$PYHARVEST_TEST_KAFKA" ]; then bash .ci/kafka/kafka start; fi
 	@if [ -z "$$PYHARVEST_TEST_SECURE_KAFKA" ]; then bash .ci/kafka/secure start; fi
+	@if [ -z "$$PYHARVEST_TEST_SCHEMA_REGISTRY" ]; then bash .ci/schema-registry start; fi
 	rm -rf .tox/junit
 	status=0; export PYHARVEST_TEST_KAFKA="$${PYHARVEST_TEST_KAFKA:-127.0.0.1:$(KAFKA_PORT)}"; \
+	export PYHARVEST_TEST_SCHEMA_REGISTRY="$${PYHARVEST_TEST_SCHEMA_REGISTRY:-$$(bash .ci/schema-registry url)}"; \
 	export PYHARVEST_TEST_SECURE_KAFKA="$${PYHARVEST_TEST_SECURE_KAFKA:-$(CURDIR)/.kafka/secure}"; \
 	$(VENV)/bin/tox run-parallel -p $(TOX_PARALLEL) --parallel-no-spinner -e "$$(bash .ci/envs)" -- $(ARGS) || status=$$?; \
 	if [ -z "$$PYHARVEST_TEST_KAFKA_CLUSTER" ]; then \

@@ -3,12 +3,21 @@
 
     python -m benchmarks.failover_times [--bootstrap HOST:PORT] [--rounds 3] [--heartbeat-timeout 5s]
     python -m benchmarks.failover_times --bootstrap HOST:PORT --group-protocols classic,consumer
+    python -m benchmarks.failover_times --bootstrap HOST:PORT --restart
 
 Each round starts a harvester alone (fresh start → its LeaderAcquired), then a standby; once
 the group is settled it SIGKILLs the leader and times the standby's LeaderAcquired; then
 starts another standby and SIGTERMs the leader the same way. Harvesters harvest an empty
 SQLite outbox; times are wall-clock across processes. Without ``--bootstrap`` an embedded
 broker is started. Prints the load average beside the figures.
+
+``--restart`` times, instead, a lone harvester killed (SIGKILL) and started again at once, as
+a dynamic member (the restart waits for the group to expire the dead member: a session, 3 x
+heartbeatTimeout) and as a static one (``instanceID``: it takes the shard straight back);
+rounds interleaved. A record is stashed while the harvester is down; seconds from the new
+process's exec (and from its "starting" line, after its imports) to its LeaderAcquired and to
+that record's publication (acknowledged by Kafka and purged). ``--timeline`` prints the
+restarted process's log lines with their times for the last static round.
 """
 
 from __future__ import annotations
@@ -31,7 +40,8 @@ from pyharvest.core.config.durations import parse_duration
 
 # A harvester process: prints "<wall time> <event>" for its start and its leadership events.
 CHILD = """
-import signal, sys, time
+import logging, signal, sys, threading, time
+logging.basicConfig(level=logging.INFO, format="%(created).3f %(name)s %(message)s", stream=sys.stderr)
 from pyharvest import Config, Harvest, Limits
 from pyharvest.events import LeaderAcquired, LeaderFenced, LeaderRevoked
 from pyharvest.core.config.durations import parse_duration
@@ -43,14 +53,21 @@ def on_event(e):
     if isinstance(e, (LeaderAcquired, LeaderRevoked, LeaderFenced)):
         say(type(e).__name__)
 
-bootstrap, url, group, heartbeat, interval, protocol = sys.argv[1:7]
+bootstrap, url, group, heartbeat, interval, protocol, instance_id = (sys.argv[1:8] + [""])[:7]
 kafka = {"bootstrap.servers": bootstrap, **({"heartbeat.interval.ms": int(interval)} if interval else {})}
 config = Config(base_kafka_config=kafka, data_source=url, leader_group_id=group, group_protocol=protocol,
-                limits=Limits(heartbeat_timeout=parse_duration(heartbeat)))
+                limits=Limits(heartbeat_timeout=parse_duration(heartbeat)), instance_id=instance_id)
 harvest = Harvest(config, on_event=on_event)
 signal.signal(signal.SIGTERM, lambda *_: harvest.stop())
 say("starting")
 harvest.start()
+
+def published():
+    while harvest.metrics.records_purged == 0:
+        time.sleep(0.005)
+    say("Published")
+
+threading.Thread(target=published, daemon=True).start()
 harvest.join()
 say("stopped")
 """
@@ -61,14 +78,24 @@ STALL = 120.0
 
 
 class Harvester:
-    def __init__(self, name: str, args: list[str]) -> None:
+    def __init__(self, name: str, args: list[str], log: bool = False) -> None:
         self.name = name
         self.events: queue.Queue[tuple[float, str]] = queue.Queue()
         self.history: list[tuple[float, str]] = []
+        self.log: list[str] = []
+        self.exec_at = time.time()
         self.proc = subprocess.Popen(
-            python_code(CHILD, *args), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            python_code(CHILD, *args), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE if log else subprocess.DEVNULL, text=True,
         )
         threading.Thread(target=self._read, daemon=True).start()
+        if log:
+            threading.Thread(target=self._read_log, daemon=True).start()
+
+    def _read_log(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.log.append(line.rstrip())
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -162,12 +189,60 @@ def round_(args: argparse.Namespace, bootstrap: str, url: str, interval: str, pr
         (leader,) = running
         joining = Harvester("d", child)
         running.append(joining)
-        leader.first("LeaderRevoked", after=joining.first("starting"))
+        joining.first("starting")
+        # fixed sleep: the join under way (it revokes nothing from the sticky leader, so there is
+        # no event to wait on); the stop lands in the rebalance it began.
+        time.sleep(0.5)
         times["SIGTERM mid-rebalance → leader"] = handover(running, signal.SIGTERM, leader)
     finally:
         for h in running:
             h.stop()
     return times
+
+
+def stash_one(url: str, topic: str) -> None:
+    import sqlalchemy as sa
+
+    from pyharvest import OutboxRecord, stasher
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            stasher.Stasher("outbox").stash(conn, OutboxRecord(topic, "restart", b"again"))
+    finally:
+        engine.dispose()
+
+
+TIMELINE: list[str] = []
+
+
+def restart_round(args: argparse.Namespace, bootstrap: str, url: str, instance_id: str) -> dict[str, float]:
+    """A lone harvester SIGKILLed and started again at once, a record stashed meanwhile:
+    seconds from the restart to its LeaderAcquired and to the record's publication."""
+    child = [bootstrap, url, f"restart-{uuid.uuid4().hex[:8]}", args.heartbeat_timeout, "", "classic", instance_id]
+    first = Harvester("a", child)
+    try:
+        first.first("LeaderAcquired")
+        first.proc.kill()
+        first.proc.wait()
+        stash_one(url, f"restart-{uuid.uuid4().hex[:8]}")
+        again = Harvester("a'", child, log=bool(args.timeline and instance_id))
+        try:
+            started = again.first("starting")
+            led = again.first("LeaderAcquired", timeout=STALL)
+            published = again.first("Published", timeout=STALL)
+            if again.log:
+                TIMELINE[:] = [f"{again.exec_at:.3f} (exec)", f"{started:.3f} starting (imports done)",
+                               *again.log, f"{published:.3f} Published (acknowledged and purged)"]
+            return {
+                "exec → leader": led - again.exec_at,
+                "exec → published": published - again.exec_at,
+                "starting → leader": led - started,
+            }
+        finally:
+            again.stop()
+    finally:
+        first.stop()
 
 
 def main() -> None:
@@ -183,6 +258,11 @@ def main() -> None:
         "--compare-heartbeat-interval", type=int, metavar="MS",
         help="also run rounds with this heartbeat.interval.ms (e.g. 3000, librdkafka's default), interleaved",
     )
+    parser.add_argument("--restart", action="store_true",
+                        help="time a kill -9 and an immediate restart, dynamic and static (instanceID), instead")
+    parser.add_argument("--static-only", action="store_true", help="with --restart: the static member's rounds only")
+    parser.add_argument("--timeline", action="store_true",
+                        help="with --restart: print the last static restart's log lines with their times")
     parser.add_argument("--group-protocols", default="classic",
                         help="the leader group's protocols (classic, consumer: KIP-848), rounds interleaved")
     args = parser.parse_args()
@@ -204,12 +284,29 @@ def main() -> None:
                 f"heartbeat.interval.ms={args.compare_heartbeat_interval}")
         results: dict[tuple[str, str], list[float]] = {}
         for n in range(1, args.rounds + 1):
-            for (interval, protocol), label in variants.items():
-                for what, seconds in round_(args, bootstrap, url, interval, protocol).items():
+            runs = (
+                [(label, lambda i=instance: restart_round(args, bootstrap, url, i))
+                 for label, instance in (("dynamic (no instanceID)", ""), ("static (instanceID)", "bench-0"))
+                 if instance or not args.static_only]
+                if args.restart else
+                [(label, lambda i=interval, p=protocol: round_(args, bootstrap, url, i, p))
+                 for (interval, protocol), label in variants.items()]
+            )
+            for label, run in runs:
+                for what, seconds in run().items():
                     results.setdefault((label, what), []).append(seconds)
                     shown = f"{seconds:6.1f} s" if seconds != float("inf") else f"no leader after {STALL:.0f} s"
                     print(f"round {n}  {label:<26} {what:<30} {shown}", flush=True)
         print(f"load average {os.getloadavg()[0]:.2f}")
+        if TIMELINE:
+            t0 = float(TIMELINE[0].split()[0])
+            print("timeline of the last static restart (seconds from exec):")
+            for line in TIMELINE:
+                stamp, _, rest = line.partition(" ")
+                try:
+                    print(f"  {float(stamp) - t0:6.3f}  {rest[:160]}")
+                except ValueError:
+                    print(f"          {line[:160]}")
         for (label, what), values in results.items():
             print(f"{label:<26} {what:<30} median {statistics.median(values):5.1f} s  "
                   f"(min {min(values):.1f}, max {max(values):.1f})")

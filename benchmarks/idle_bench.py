@@ -3,6 +3,8 @@ record stashed into a quiet outbox is published; plus what PostgreSQL's NOTIFY c
 
     python -m benchmarks.idle_bench                                  # PostgreSQL: idle, lone, steady
     python -m benchmarks.idle_bench --database mysql+pymysql://root@127.0.0.1:3306/test --scenarios idle,lone
+    python -m benchmarks.idle_bench --database mysql+pymysql://root@127.0.0.1:3306/test --scenarios idle,lone \
+        --wake-address 127.0.0.1:19301 --pythons before=/old/.venv/bin/python,after=.venv/bin/python --rounds 3
     python -m benchmarks.idle_bench --scenarios notify-cost          # writers with and without NOTIFY
     python -m benchmarks.idle_bench --pythons before=/old/.venv/bin/python,after=.venv/bin/python --rounds 3
 
@@ -11,13 +13,16 @@ Scenarios:
 * ``idle``: a leader over an empty outbox, for ``--idle-seconds`` after it settled; the database's
   transactions per second: PostgreSQL's ``pg_stat_database`` (``xact_commit + xact_rollback``)
   of a database only the benchmark uses (``--database``'s, or ``pyharvest_bench_idle`` when it is
-  ``test``); MariaDB's ``SHOW GLOBAL STATUS`` (``Com_commit + Com_rollback``, server-wide); in
+  ``test``); MariaDB's ``SHOW GLOBAL STATUS`` (``Com_commit + Com_rollback``, and ``Questions``:
+  statements, server-wide); in
   both, less a window of the same length without the harvester just before (the counter's own
   reads and, on MariaDB, the rest of the machine's work); and, on every database, the commits
   and rollbacks the harvester's engine itself sent (counted in-process).
 * ``lone``: one record every 300 ms (``--lone-records`` of them) into an otherwise idle outbox;
   commit → ack latency (the writer's time just before its commit to the record's delivery
-  report), p50 and p99.
+  report), p50 and p99; and commit → CreateTime (the record's Kafka timestamp, read back).
+  ``--wake-address host:port`` sets ``PYHARVEST_WAKE_ADDRESS`` for the children: the stasher's
+  wake-up datagrams where the database has no NOTIFY (an interpreter without them ignores it).
 * ``steady``: :mod:`benchmarks.harvest_bench`'s steady scenario (four writers offering
   10,000 records/s, 50 per commit), imported and run as it is.
 * ``notify-cost``: no harvester; writer processes commit as fast as they can for a few seconds
@@ -105,6 +110,13 @@ class ServerTransactions:
                 return sum(int(v) for v in rows.values())
         return None
 
+    def questions(self) -> int | None:
+        """MariaDB's ``Questions``: statements the server ran for clients, server-wide."""
+        if self.backend not in ("mysql", "mariadb"):
+            return None
+        with self.engine.connect() as c:
+            return int(c.exec_driver_sql("SHOW GLOBAL STATUS LIKE 'Questions'").one()[1])
+
 
 class EngineTransactions:
     """Commits, rollbacks and statements of the harvester's engine, counted in-process; and the
@@ -136,15 +148,15 @@ class EngineTransactions:
         return self.commits, self.rollbacks, self.statements, self.pool_resets
 
 
-def harvest_args(database: str) -> argparse.Namespace:
-    return argparse.Namespace(database=database, limits="{}", producer_config="{}", quick=False,
+def harvest_args(database: str, limits: str = "{}") -> argparse.Namespace:
+    return argparse.Namespace(database=database, limits=limits, producer_config="{}", quick=False,
                               rate=10_000.0, duration=20.0, scenario="steady", skew=False)
 
 
-def start_leader(database: str, bootstrap: str, table: str, kafka: object = None) -> object:
+def start_leader(database: str, bootstrap: str, table: str, kafka: object = None, limits: str = "{}") -> object:
     from harvest_bench import harvester  # type: ignore[import-not-found]
 
-    h = harvester(harvest_args(database), table, bootstrap, kafka)
+    h = harvester(harvest_args(database, limits), table, bootstrap, kafka)
     h.start()  # type: ignore[attr-defined]
     deadline = time.monotonic() + 60
     while not h.is_leader:  # type: ignore[attr-defined]
@@ -178,19 +190,20 @@ def run_idle(args: argparse.Namespace, bootstrap: str, out: Figures) -> None:
     window = args.idle_seconds
     # The same window without the harvester: the counter reads themselves, and on MariaDB
     # (server-wide counters) whatever the rest of the machine commits meanwhile.
-    a = server.read()
+    a, qa = server.read(), server.questions()
     time.sleep(window)
-    b = server.read()
+    b, qb = server.read(), server.questions()
     background = b - a if a is not None and b is not None else None
-    h = start_leader(args.database, bootstrap, table)
+    q_background = qb - qa if qa is not None and qb is not None else None
+    h = start_leader(args.database, bootstrap, table, limits=args.limits)
     try:
         counter = EngineTransactions(h.binding.engine)  # type: ignore[attr-defined]
         time.sleep(args.settle)  # leadership's first marks, and the pause growing to its bound
         c0, r0, s0, p0 = counter.total()
         marks0 = h.metrics.marks  # type: ignore[attr-defined]
-        a = server.read()
+        a, qa = server.read(), server.questions()
         time.sleep(window)
-        b = server.read()
+        b, qb = server.read(), server.questions()
         c1, r1, s1, p1 = counter.total()
         marks1 = h.metrics.marks  # type: ignore[attr-defined]
     finally:
@@ -200,6 +213,14 @@ def run_idle(args: argparse.Namespace, bootstrap: str, out: Figures) -> None:
     if a is not None and b is not None and background is not None:
         f["server_tx_per_s"] = round((b - a - background) / window, 2)
         f["server_background_tx_per_s"] = round(background / window, 2)
+    if qa is not None and qb is not None and q_background is not None:
+        # The counter's reads and the rest of the machine's statements, measured just before.
+        f["server_questions_per_s"] = round((qb - qa - q_background) / window, 2)
+        f["server_background_questions_per_s"] = round(q_background / window, 2)
+    # What the harvester's engine put on the wire, each one of MariaDB's Questions: statements,
+    # COMMITs, ROLLBACKs, and the pool's reset on return (PyMySQL and mysqlclient send a
+    # ROLLBACK for it; psycopg sends nothing on an idle connection: an overcount there).
+    f["engine_questions_per_s"] = round(((s1 - s0) + (c1 - c0) + (r1 - r0) + (p1 - p0)) / window, 2)
     f["engine_commits_per_s"] = round((c1 - c0) / window, 2)
     f["engine_rollbacks_per_s"] = round((r1 - r0) / window, 2)
     f["engine_statements_per_s"] = round((s1 - s0) / window, 2)
@@ -219,20 +240,25 @@ def run_lone(args: argparse.Namespace, bootstrap: str, out: Figures) -> None:
     create_outbox_table(args.database, table)
     create_topic(bootstrap, topic, 1)
     clock = AckClock()
-    h = start_leader(args.database, bootstrap, table, kafka=clock)
+    h = start_leader(args.database, bootstrap, table, kafka=clock, limits=args.limits)
     writer = sa.create_engine(args.database)
     st = stasher.Stasher(table)
     try:
         time.sleep(args.settle)
+        commits: list[float] = []  # the writer's stash and commit: part of every latency above
+        returned: dict[str, float] = {}  # key → when its commit returned
         with writer.connect() as conn:
             for i in range(args.lone_records):
                 with conn.begin():
                     ts = repr(time.time())  # stamped just before commit
                     st.stash(conn, OutboxRecord(topic, f"key-{i}", b"lone", headers=[("ts", ts)]))
+                returned[f"key-{i}"] = time.time()
+                commits.append(returned[f"key-{i}"] - float(ts))
                 time.sleep(0.3)
         deadline = time.monotonic() + 30
         while len(clock.latencies) < args.lone_records and time.monotonic() < deadline:
             time.sleep(0.05)
+        create_times, from_return = commit_to_create_time(bootstrap, topic, args.lone_records, returned)
     finally:
         stop(h)
         writer.dispose()
@@ -240,11 +266,49 @@ def run_lone(args: argparse.Namespace, bootstrap: str, out: Figures) -> None:
     lat = clock.latencies
     f = out.figures
     f["records"], f["acked"] = args.lone_records, len(lat)
+    f["stash_and_commit_ms_p50"] = round(percentile(commits, 0.5) * 1000, 1)
+    f["stash_and_commit_ms_p99"] = round(percentile(commits, 0.99) * 1000, 1)
+    if create_times:
+        f["commit_to_create_time_ms_p50"] = round(percentile(create_times, 0.5) * 1000, 1)
+        f["commit_to_create_time_ms_p99"] = round(percentile(create_times, 0.99) * 1000, 1)
+    if from_return:  # as steady_bench measures: from the commit's return
+        f["commit_return_to_create_time_ms_p50"] = round(percentile(from_return, 0.5) * 1000, 1)
+        f["commit_return_to_create_time_ms_p99"] = round(percentile(from_return, 0.99) * 1000, 1)
     if lat:
         f["commit_to_ack_ms_p50"] = round(percentile(lat, 0.5) * 1000, 1)
         f["commit_to_ack_ms_p99"] = round(percentile(lat, 0.99) * 1000, 1)
         f["commit_to_ack_ms_max"] = round(max(lat) * 1000, 1)
         f["commit_to_produce_ms_p50"] = round(percentile(clock.to_send, 0.5) * 1000, 1)
+
+
+def commit_to_create_time(bootstrap: str, topic: str, count: int,
+                          returned: dict[str, float]) -> tuple[list[float], list[float]]:
+    """Each record's Kafka CreateTime (the producer's, in ms) less its ``ts`` header (the
+    writer's time just before its commit), and less the time its commit returned (by key),
+    read back from the topic. CreateTime has a millisecond's resolution."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"idle-bench-{uuid.uuid4().hex[:8]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    found: list[float] = []
+    after_return: list[float] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(found) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            stamp = dict(msg.headers() or []).get("ts")
+            if stamp is not None:
+                created = msg.timestamp()[1] / 1000
+                found.append(created - float(stamp))
+                key = (msg.key() or b"").decode()
+                if key in returned:
+                    after_return.append(created - returned[key])
+    finally:
+        consumer.close()
+    return found, after_return
 
 
 def run_steady(args: argparse.Namespace, bootstrap: str, out: Figures) -> None:
@@ -385,6 +449,7 @@ def parent(args: argparse.Namespace) -> int:
     pythons = dict(p.split("=", 1) for p in args.pythons.split(",")) if args.pythons else {"current": sys.executable}
     results: list[Figures] = []
     root = Path(__file__).resolve().parent.parent
+    wake = {"PYHARVEST_WAKE_ADDRESS": args.wake_address} if args.wake_address else {}
     with EmbeddedBroker() if not args.bootstrap else _Null() as broker:
         bootstrap = args.bootstrap or broker.bootstrap_servers
         for rnd in range(args.rounds):
@@ -399,10 +464,11 @@ def parent(args: argparse.Namespace) -> int:
                            "--notify-seconds", str(args.notify_seconds),
                            "--notify-writers", ",".join(map(str, args.notify_writers)),
                            "--notify-batches", ",".join(map(str, args.notify_batches)),
-                           "--notify-rounds", str(args.notify_rounds), "--notify-rate", str(args.notify_rate)]
+                           "--notify-rounds", str(args.notify_rounds), "--notify-rate", str(args.notify_rate),
+                           "--limits", args.limits]
                     print(f"round {rnd + 1}: {scenario} with {label} ...", file=sys.stderr, flush=True)
                     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tempfile.gettempdir(),
-                                          env={**os.environ, "PYTHONPATH": str(root / "benchmarks")})
+                                          env={**os.environ, "PYTHONPATH": str(root / "benchmarks"), **wake})
                     if proc.returncode != 0:
                         print(proc.stderr[-4000:], file=sys.stderr)
                         return 1
@@ -445,6 +511,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--notify-batches", type=_ints, default=[1, 50])
     p.add_argument("--notify-rounds", type=int, default=2)
     p.add_argument("--notify-rate", type=float, default=10_000, help="also 4 writers x 50 at this rate; 0: not")
+    p.add_argument("--limits", default="{}",
+                   help='the idle and lone leaders\' limits, goharvest\'s names: \'{"maxMarkBackoff": "2s"}\'')
+    p.add_argument("--wake-address", default=None,
+                   help="PYHARVEST_WAKE_ADDRESS for every child (wake-up datagrams where there is no NOTIFY)")
     p.add_argument("--json", default=None)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--scenario", default=None, help=argparse.SUPPRESS)

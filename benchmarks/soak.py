@@ -4,6 +4,7 @@ per minute of what drifts.
     python -m benchmarks.soak --minutes 60 --rate 10000 --bootstrap 127.0.0.1:19092 \\
         --database postgresql+psycopg://postgres@127.0.0.1:5432/soak --out docs/images/soak-postgresql
     python -m benchmarks.soak --minutes 2 --interval 10 --rate 500 ...   # CI's short run
+    python -m benchmarks.soak --minutes 14 --interval 30 --rate 5000 --hold 120:600 ...  # a held horizon
 
 The writer, the consumer and the workload are :mod:`benchmarks.steady_bench`'s (10 records
 per key and minute, 200-byte values, two topics); the harvester is ``reaper -f`` with a YAML
@@ -14,6 +15,13 @@ CPU, and the table's cost to its database (:mod:`benchmarks.soak_db`: size, dead
 autovacuum runs on PostgreSQL, InnoDB's history list length on MariaDB). At the end
 ``OUT.json`` holds the summary and the targets' verdicts, and ``OUT.png`` a plot of each
 series (matplotlib: ``pip install 'pyharvest[benchmarks]'``; without it the plot is skipped).
+
+With ``--hold START:SECONDS`` another session holds a snapshot from START seconds after the
+writer's start for SECONDS (:class:`benchmarks.soak_db.HorizonHold`: the clean-up horizon held
+back, issue 47); each row says whether it was held (``held``), the pages a mark reads from the
+lowest id and from where the key-set cursor stands (``mark_probe_buffers``,
+``cursor_probe_buffers``), and ``OUT.json`` p99 per window and the table's size before the
+hold and 60 s after its release.
 
 Targets (checked from minute 5, the first minutes being start-up): the reaper's RSS grows by
 at most 10%; the emptied table at the end is at most twice its size at minute 5; p99 over the
@@ -38,7 +46,7 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.soak_db import TableStats
+from benchmarks.soak_db import HorizonHold, TableStats
 from benchmarks.steady_bench import ROOT, Child, child_cmd, create_topics, delete_topics, drop, load_average
 from benchmarks.steady_load import Spec, proc_sample
 from benchmarks.steady_watch import Watch, dumps, histogram_quantile
@@ -47,7 +55,7 @@ COLUMNS = ["interval", "minute", "load1", "offered_per_s", "published_per_s", "c
            "visible_p50_ms", "visible_p99_ms", "backlog", "rss_mib", "threads", "fds", "reaper_cpu_s",
            "marks_per_s", "rows_per_mark", "mark_ms", "purge_ms",
            "table_bytes", "index_bytes", "live_tuples", "dead_tuples", "autovacuum_runs", "vacuum_runs",
-           "mark_probe_buffers", "mark_probe_ms",
+           "held", "mark_probe_buffers", "mark_probe_ms", "cursor_probe_buffers", "cursor_probe_ms",
            "data_free_bytes", "file_bytes", "history_list_length"]
 
 
@@ -108,8 +116,11 @@ class Sampler:
     """Samples the reaper's process and the table at each interval's end (from the writer's
     start), on a thread of its own: the consumer's figures for an interval come later."""
 
-    def __init__(self, pid: int, stats: TableStats, start: float, interval: float, metrics: str | None) -> None:
+    def __init__(self, pid: int, stats: TableStats, start: float, interval: float, metrics: str | None,
+                 hold: HorizonHold | None = None) -> None:
         self.pid, self.stats, self.start, self.interval, self.metrics = pid, stats, start, interval, metrics
+        self.hold = hold
+        self._held = False  # whether the hold was on at any moment of the interval
         self._scraped = scrape(metrics)
         self.rows: dict[int, dict[str, float]] = {}
         self.stop = threading.Event()
@@ -118,6 +129,9 @@ class Sampler:
 
     def sample(self) -> dict[str, float]:
         row: dict[str, float] = {"load1": load_average()}
+        if self.hold is not None:
+            row["held"] = int(self._held or self.hold.held)
+            self._held = self.hold.held
         try:
             proc = proc_sample(self.pid)
             row.update(rss_mib=round(proc["rss_mib"], 1), threads=proc["threads"], fds=proc["fds"],
@@ -134,8 +148,11 @@ class Sampler:
         g = 0
         while True:
             due = self.start + (g + 1) * self.interval
-            if self.stop.wait(max(0.0, due - time.time())):
-                return
+            while time.time() < due:
+                if self.stop.wait(min(0.5, max(0.0, due - time.time()))):
+                    return
+                if self.hold is not None and self.hold.held:
+                    self._held = True
             self.rows[g] = self.sample()
             g += 1
 
@@ -176,6 +193,28 @@ def verdicts(rows: list[dict], lines: list[dict], interval: float, end_size: flo
         out["p99_target_met"] = p99_last <= 1.2 * p99_first
         out["p99_windows"] = [f"minutes {rows[settle]['minute'] - interval / 60:g}-{rows[settle + window - 1]['minute']:g}",
                               f"minutes {rows[-window]['minute'] - interval / 60:g}-{rows[-1]['minute']:g}"]
+    return out
+
+
+def held_windows(rows: list[dict], lines: list[dict], interval: float) -> dict[str, object]:  # type: ignore[type-arg]
+    """A held horizon's figures: p99 of each window (held or not), the worst while held, and
+    the table's size before the hold and about 60 s after its release."""
+    per_window = [{"minute": r["minute"], "held": r.get("held", 0), "p99_ms": r.get("create_p99_ms"),
+                   "mark_probe_buffers": r.get("mark_probe_buffers"),
+                   "cursor_probe_buffers": r.get("cursor_probe_buffers")} for r in rows]
+    held = [i for i, r in enumerate(rows) if r.get("held")]
+    out: dict[str, object] = {"windows": per_window}
+    if held:
+        p99s = [rows[i].get("create_p99_ms") for i in held if rows[i].get("create_p99_ms") is not None]
+        out["held_p99_max_ms"] = max(p99s) if p99s else None
+        out["held_p99_target_met"] = bool(p99s) and max(p99s) <= 100
+        size = lambda r: (r.get("table_bytes") or 0) + (r.get("index_bytes") or 0)  # noqa: E731
+        before = rows[held[0] - 1] if held[0] > 0 else rows[0]
+        after_i = min(len(rows) - 1, held[-1] + max(1, round(60 / interval)))
+        out["size_before_hold"], out["size_after_release_60s"] = size(before), size(rows[after_i])
+        out["size_max_while_held"] = max(size(rows[i]) for i in held)
+        if size(before):
+            out["size_ratio_after_release"] = round(size(rows[after_i]) / size(before), 2)
     return out
 
 
@@ -222,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--storage", default=None, help="PostgreSQL: the table's storage parameters for the run "
                    "('autovacuum_vacuum_cost_delay=0,...', or 'reset:name,...' for the server's defaults)")
     p.add_argument("--table", default=None, help="the outbox table (default: a new one, dropped at the end)")
+    p.add_argument("--hold", default=None, metavar="START:SECONDS",
+                   help="another session holds a snapshot (the clean-up horizon) from START s after the writer's "
+                        "start, for SECONDS")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -251,7 +293,9 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, object]:
     watch = Watch(bootstrap=args.bootstrap, topics=topics, keys=keys, commits=str(commits), interval=args.interval,
                   groups=max(1, round(seconds / args.interval)), grace=min(10.0, args.interval / 2), group=f"soak-watch-{tag}")
     reaper_config(args, table, f"soak-{tag}", work / "reaper.yaml")
-    stats = TableStats(args.database, table)
+    lookback = json.loads(args.limits).get("markLookback", 1.0)
+    stats = TableStats(args.database, table, cursor_rows=int(args.rate * float(lookback or 0)))
+    hold: HorizonHold | None = None
     reaper_log = open(work / "reaper.log", "wb")  # noqa: SIM115 - closed below
     reaper = subprocess.Popen(child_cmd("pyharvest", ["-f", str(work / "reaper.yaml")]), cwd=ROOT,
                               stdout=reaper_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -277,7 +321,10 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, object]:
         while not commits.read_text().startswith("start"):
             time.sleep(0.01)
         start = float(commits.read_text().split("\n", 1)[0].split()[1])
-        sampler = Sampler(reaper.pid, stats, start, args.interval, metrics)
+        if args.hold:
+            at, held_for = (float(v) for v in args.hold.split(":"))
+            hold = HorizonHold(args.database, start + at, held_for)
+        sampler = Sampler(reaper.pid, stats, start, args.interval, metrics, hold)
         with open(out.with_suffix(".csv"), "w", newline="") as f:
             table_csv = csv.DictWriter(f, COLUMNS)
             table_csv.writeheader()
@@ -294,7 +341,8 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, object]:
                 f.flush()
                 print(f"soak: minute {rows[-1]['minute']:g}: " + ", ".join(
                     f"{k} {rows[-1].get(k)}" for k in ("offered_per_s", "create_p99_ms", "rss_mib", "table_bytes",
-                                                        "dead_tuples", "history_list_length") if k in rows[-1]),
+                                                        "dead_tuples", "history_list_length", "held",
+                                                        "mark_probe_buffers", "cursor_probe_buffers") if k in rows[-1]),
                       file=sys.stderr, flush=True)
         wrote = json.loads(writer.expect(lambda s: s.startswith("{"), "the writer's summary"))
         sampler.stop.set()
@@ -304,6 +352,8 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, object]:
     finally:
         if sampler is not None:
             sampler.stop.set()
+        if hold is not None:
+            hold.close()
         for c in children:
             c.close()
         if reaper.poll() is None:
@@ -316,6 +366,7 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, object]:
         "delivery": args.delivery, "storage": args.storage, "records": wrote["records"], "writer_cpu_s": round(wrote["cpu_s"], 1),
         "lost": final["lost"], "reordered": final["reordered"], "duplicates": final["duplicates"],
         "reaper_exit": code, "end": end, "targets": verdicts(rows, lines, args.interval, end_size),
+        "hold": held_windows(rows, lines, args.interval) if args.hold else None,
         "final_rows": rows[-1:],
     }
     out.with_suffix(".json").write_text(json.dumps(summary, indent=2))

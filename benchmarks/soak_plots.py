@@ -36,7 +36,8 @@ PANELS = [
     ("outbox size", [("table_bytes", "table", 1 / 2**20), ("index_bytes", "indexes", 1 / 2**20),
                      ("file_bytes", "file on disk", 1 / 2**20)], "MiB"),
     ("dead tuples and autovacuum", [("dead_tuples", "dead tuples", 1), ("live_tuples", "live tuples", 1)], "tuples"),
-    ("pages a mark reads (probe)", [("mark_probe_buffers", "buffers", 1)], "pages"),
+    ("pages a mark reads (probe)", [("mark_probe_buffers", "from the lowest id", 1),
+                                    ("cursor_probe_buffers", "from the key-set cursor", 1)], "pages (log)"),
     ("autovacuum runs (cumulative)", [("autovacuum_runs", "autovacuum", 1)], "runs"),
     ("InnoDB history list length (server-wide)", [("history_list_length", "undo records", 1)], "records"),
 ]
@@ -53,6 +54,9 @@ def plot(csv_path: Path, png_path: Path, summary: dict[str, object] | None = Non
     if not rows:
         return
     minutes = [float(r["minute"]) for r in rows]
+    # A held clean-up horizon (soak --hold) shades the rows it was held in.
+    step = minutes[1] - minutes[0] if len(minutes) > 1 else minutes[0]
+    held = [m for m, r in zip(minutes, rows, strict=True) if r.get("held") in ("1", "1.0")]
     panels = [p for p in PANELS if any(v is not None for col, _, _ in p[1] for v in _values(rows, col))]
     cols = 2
     nrows = (len(panels) + cols - 1) // cols
@@ -69,6 +73,8 @@ def plot(csv_path: Path, png_path: Path, summary: dict[str, object] | None = Non
         else:
             ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
+        for minute in held:
+            ax.axvspan(minute - step, minute, color="orange", alpha=0.15, linewidth=0)
         for minute, label in marks:
             ax.axvline(minute, color="grey", linestyle="--", linewidth=1)
             ax.text(minute, 1, f" {label}", transform=ax.get_xaxis_transform(), fontsize=7, va="top", color="dimgrey")

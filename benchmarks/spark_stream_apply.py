@@ -91,7 +91,7 @@ def main() -> None:
         from pyspark.sql import SparkSession
 
         from pyharvest.bindings.spark import ExactlyOnceSink, kafka_package, register
-        from pyharvest.bindings.spark.exactly_once import insert_rows
+        from pyharvest.bindings.spark.sink import insert_rows
 
         builder = (SparkSession.builder.master(args.master).config("spark.driver.memory", "1g")
                    .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false"))

@@ -1,7 +1,7 @@
-"""The engine: the MP/R harvester (:mod:`.engine`), its delivery modes (:mod:`.delivery`,
-:mod:`.transactions`), Fast NELI leader election (:mod:`.election`), configuration
-(:mod:`.config`), the outbox record (:mod:`.outbox`), what it reports (:mod:`.telemetry`) and
-the inbox's engine (:mod:`.inbox`).
+"""The engine: the MP/R harvester (:mod:`.engine`), its delivery modes (:mod:`.publishing`),
+Fast NELI leader election (:mod:`.election`), configuration (:mod:`.config`), the outbox record
+(:mod:`.outbox`), what it reports (:mod:`.telemetry`), when a stuck Kafka client is replaced
+(:mod:`.healing`) and the inbox's engine (:mod:`.inbox`).
 
 Nothing here imports a database driver, SQLAlchemy or a Kafka client: the engine talks to the
 world through the protocols of :mod:`.ports`, which :mod:`pyharvest.bindings` implements. What

@@ -9,6 +9,7 @@ __all__ = [
     "KafkaAuthorizationError",
     "KafkaPropertyError",
     "MissingGrantError",
+    "TableLockedError",
     "TableNotFoundError",
     "TopicError",
 ]
@@ -33,7 +34,9 @@ class BindingError(HarvestError):
 
 class TableNotFoundError(BindingError):
     """The outbox table does not exist: at start, or dropped while the harvester runs. The
-    message gives the command that creates it; ``reaper`` swaps in its own (``-f FILE``)."""
+    message gives the command that creates it: ``reaper init-db -f FILE`` for a reaper started
+    with ``-f FILE`` (the binding is told: ``create_binding(init_db=...)``), the data source's
+    ``reaper init-db --data-source ... --table ...`` otherwise."""
 
     def __init__(self, table: str, where: str, create: str) -> None:
         super().__init__(f"outbox table {table!r} does not exist {where}; create it with {create}")
@@ -44,6 +47,26 @@ class TableNotFoundError(BindingError):
     def with_command(self, create: str) -> TableNotFoundError:
         """The same error, advising ``create`` instead."""
         return TableNotFoundError(self.table, self.where, create)
+
+
+class TableLockedError(BindingError):
+    """A statement of the harvester waited for a lock on the outbox table, which another
+    session holds, for longer than ``limits.lockTimeout``; it is retried. ``holders`` describe
+    the sessions the database names as holding locks on the table (empty where it does not
+    say)."""
+
+    def __init__(self, table: str, waited: float, holders: tuple[str, ...]) -> None:
+        if holders:
+            who = f"held by {holders[0]}" + (f" (and {', '.join(holders[1:])})" if holders[1:] else "")
+        else:
+            who = "that another session holds (the database does not say which)"
+        super().__init__(
+            f"outbox table {table!r} is locked: a statement waited {waited:g}s (limits.lockTimeout) for a lock "
+            f"{who}; retrying until it is released (that session commits or rolls back, or is ended)"
+        )
+        self.table = table
+        self.waited = waited
+        self.holders = holders
 
 
 class TopicError(HarvestError):

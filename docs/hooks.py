@@ -5,6 +5,10 @@
 * ``on_files``: checks that ``reference/configuration.md`` (stored, so that links to it work
   outside the site) is what ``docs/gen_config_reference.py`` generates from the config
   classes, so the reference cannot drift from the code;
+* ``on_files`` and ``on_page_markdown``: the Grafana dashboard and the alerting rules live in
+  the package (``pyharvest/monitoring/``, their one copy); the site publishes them as
+  ``monitoring/<file>``, and a page's link to ``../pyharvest/monitoring/<file>`` (which works
+  in the repository) is pointed there;
 * the API reference (mkdocstrings) reads the sources through a temporary tree of symlinks
   laid out as the installed package: ``core/`` is ``pyharvest.core`` only through setuptools'
   package-dir mapping, which the static loader cannot follow.
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import re
 import shutil
 import sys
 import tempfile
@@ -21,12 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from mkdocs.plugins import event_priority
-from mkdocs.structure.files import Files
+from mkdocs.structure.files import File, Files
 
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 # pyharvest.<sub> -> folder of the repository (pyproject.toml's package-dir)
 PACKAGE_DIRS = {"core": "core", "bindings": "bindings", "plugins": "plugins"}
+MONITORING = ROOT / "pyharvest" / "monitoring"
+# A link that leaves docs/ for the package's monitoring files: one ../ more than the page's depth.
+_MONITORING_LINK = re.compile(r"\]\(((?:\.\./)*)\.\./pyharvest/monitoring/")
 _shadow: Path | None = None
 
 
@@ -98,4 +106,10 @@ def on_files(files: Files, config: Any) -> Files:
     problem = gen.stored_page_problem()
     if problem is not None:
         raise gen.DriftError(f"{problem}: run python docs/gen_config_reference.py --write")
+    for name in ("pyharvest-alerts.yml", "pyharvest-dashboard.json"):
+        files.append(File.generated(config, f"monitoring/{name}", abs_src_path=str(MONITORING / name)))
     return files
+
+
+def on_page_markdown(markdown: str, **_: Any) -> str:
+    return _MONITORING_LINK.sub(lambda m: f"]({m.group(1)}monitoring/", markdown)

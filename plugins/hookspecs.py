@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     import sqlalchemy as sa
 
     from pyharvest.plugins.api.bulk import BulkWriter
+    from pyharvest.plugins.api.horizon import CleanupHorizon
     from pyharvest.plugins.api.identifiers import TableName
+    from pyharvest.plugins.api.locks import LockHolder
     from pyharvest.plugins.api.marking import MarkStrategy
     from pyharvest.plugins.api.notify import ListenerFactory
     from pyharvest.plugins.api.options import DialectOptions
@@ -74,6 +76,35 @@ def pyharvest_on_connect(dbapi_connection: Any, url: sa.URL) -> None:
 @hookspec
 def pyharvest_configure_engine(engine: sa.Engine) -> None:
     """Called once for the harvester's engine: add event listeners (e.g. how to ``BEGIN``)."""
+
+
+# --- A shared database's bad day: the clean-up horizon (pyharvest.plugins.api.horizon) and ------
+# --- locks other sessions hold (pyharvest.plugins.api.locks) ---------------------------------------
+
+
+@hookspec(firstresult=True)
+def pyharvest_cleanup_horizon(connection: sa.Connection) -> CleanupHorizon | None:
+    """The oldest snapshot for which the database keeps the outbox's dead rows, and who holds
+    it (a ``CleanupHorizon`` with no holder when nothing old is held); read every
+    ``metrics.ageInterval``, so one cheap query. None: the database does not say."""
+
+
+@hookspec(firstresult=True)
+def pyharvest_lock_timeout_statements(seconds: float) -> Sequence[str] | None:
+    """Session statements, run on every connection of the harvester's engine, after which any
+    of its statements waits at most ``seconds`` for a lock another session holds, then fails
+    with one of ``Capabilities.lock_timeout_errors``; PostgreSQL: ``SET lock_timeout``. None:
+    the database cannot bound the wait (its own timeout, if any, applies)."""
+
+
+@hookspec(firstresult=True)
+def pyharvest_lock_holders(
+    connection: sa.Connection, table: TableName, older_than: float
+) -> Sequence[LockHolder] | None:
+    """The other sessions that hold locks on ``table`` (or, where the database cannot tell
+    locks by table, whose transactions have been open at least ``older_than`` seconds), most
+    suspect first: what the error of a statement that waited too long names. None: the
+    database does not say."""
 
 
 @hookspec(firstresult=True)

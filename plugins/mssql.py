@@ -54,6 +54,7 @@ DIALECT = DialectOptions(
     capabilities=Capabilities(
         transactional_ddl=True, driver_packages=(("pymssql", "pyharvest[mssql]"), ("pyodbc", "pyodbc")),
         privilege_errors=(229, 230),  # the permission was denied on the object, on the column
+        lock_timeout_errors=(1222,),  # the lock request time out period exceeded (SET LOCK_TIMEOUT)
     ),
     tables={NATIVE: _NATIVE_DDL},
     # literal_limit=False: SQLAlchemy renders an integer limit as TOP (n), a literal column as ROW_NUMBER().
@@ -85,3 +86,8 @@ def pyharvest_key_hash_guard(table: OutboxTable, name: str) -> Sequence[str]:
         f"ALTER TABLE {table.name.quoted(_preparer)} WITH NOCHECK ADD CONSTRAINT {_preparer.quote(name)} "
         "CHECK (kafka_key_hash IS NOT NULL)"
     ]
+
+
+@hookimpl
+def pyharvest_lock_timeout_statements(seconds: float) -> Sequence[str]:
+    return [f"SET LOCK_TIMEOUT {max(1, round(seconds * 1000))}"]

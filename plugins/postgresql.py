@@ -43,6 +43,17 @@ from pyharvest.plugins.api import (
     raise_as_sqlalchemy_error,
 )
 
+# What the server's activity views say of the other sessions (a shared database's bad day), in
+# a module of its own: imported here, these hooks are this plugin's (pluggy registers every
+# hook implementation the module holds).
+from pyharvest.plugins.postgresql_activity import (
+    pyharvest_cleanup_horizon,
+    pyharvest_lock_holders,
+    pyharvest_lock_timeout_statements,
+)
+
+__all__ = ["pyharvest_cleanup_horizon", "pyharvest_lock_holders", "pyharvest_lock_timeout_statements"]
+
 _preparer = postgresql.dialect().identifier_preparer  # type: ignore[no-untyped-call]  # SQLAlchemy's dialect __init__ is unannotated
 
 # The primary key is the only index the mark needs: it walks ids in order. Half-empty pages let
@@ -63,6 +74,7 @@ DIALECT = DialectOptions(
     capabilities=Capabilities(
         aware_timestamps=True, transactional_ddl=True, list_limit=None, schema_usage=True, serial_sequences=True,
         privilege_errors=("42501",),
+        lock_timeout_errors=("55P03",),  # lock_not_available: lock_timeout ran out
         driver_packages=(
             ("psycopg", "pyharvest[postgresql]"), ("psycopg2", "psycopg2-binary"), ("asyncpg", "asyncpg"),
             ("pg8000", "pg8000"),

@@ -43,6 +43,7 @@ DIALECT = DialectOptions(
         integer_ids=True,
         grants=False,  # no roles: the file's permissions decide
         driver_packages=(("pysqlite", "(Python's sqlite3)"), ("aiosqlite", "aiosqlite")),
+        commits_in_id_order=True,  # the write lock: an id is handed out and committed under it
     ),
     tables={NATIVE: _NATIVE_DDL},
     # No row locks: the write lock serialises markers.

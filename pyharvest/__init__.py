@@ -27,8 +27,8 @@ Each of the rest has one public module:
 * :mod:`pyharvest.tracing`, :mod:`pyharvest.testing` (a dialect's conformance kit),
   :mod:`pyharvest.django`, :mod:`pyharvest.alembic`.
 
-Integrations and plugins build on :mod:`pyharvest.bindings` (SQL, Kafka, Spark, metrics) and
-:mod:`pyharvest.plugins.api` (database dialects); :mod:`pyharvest.core` is the engine itself.
+Integrations build on :mod:`pyharvest.bindings` (SQL, Kafka, Spark, metrics), dialect plugins on
+:mod:`pyharvest.plugins.api` (one per kind of database); :mod:`pyharvest.core` is the engine itself.
 """
 
 from pyharvest import errors, events  # noqa: F401 - each names its classes' public path at import

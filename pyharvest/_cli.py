@@ -5,6 +5,7 @@
     reaper schema --binding postgresql       print the outbox DDL
     reaper broker [--port 9092]              the embedded broker, in the foreground (development)
     reaper acls -f reaper.yaml --topic T     print the kafka-acls.sh commands of the Kafka ACLs it needs
+    reaper monitoring export DIR             write out the Grafana dashboard and Prometheus alerting rules
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pyharvest._commands.process import run_command, setup_logging
 from pyharvest._commands.schema import GRANT_COMPONENTS
 from pyharvest._version import __version__
 from pyharvest.core.config.choices import PoisonPolicy
-from pyharvest.core.config.settings import mask_data_source, resolve_section, section_errors
+from pyharvest.core.config.settings import mask_data_source, resolve_section
+from pyharvest.core.config.yaml_files import section_errors
 
 if TYPE_CHECKING:
     from pyharvest.core.config.settings import Config as HarvestConfig
@@ -34,23 +36,16 @@ log = logging.getLogger("pyharvest.reaper")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import shlex
-
-    from pyharvest.core.errors import TableNotFoundError
     from pyharvest.envconfig import load_reaper_config
 
     if not args.file:
         # Checked here, not by argparse: an unknown flag ('reaper --frobnicate') is named first.
         return error_exit("the following arguments are required: -f/--file (e.g. reaper -f reaper.yaml)", EXIT_USAGE)
-    try:
-        # reaper.yaml, then PYHARVEST_<SECTION>__<KEY> overrides, then the flags
-        cfg = load_reaper_config(args.file)
-        if args.shards is not None:
-            cfg.harvest.shards = args.shards
-        return run_harvest(cfg, print_config=args.print_config, config_file=args.file)
-    except TableNotFoundError as e:
-        # The command that creates it from the same file runs as printed, password and all.
-        raise e.with_command(f"`reaper init-db -f {shlex.quote(args.file)}`") from None
+    # reaper.yaml, then PYHARVEST_<SECTION>__<KEY> overrides, then the flags
+    cfg = load_reaper_config(args.file)
+    if args.shards is not None:
+        cfg.harvest.shards = args.shards
+    return run_harvest(cfg, print_config=args.print_config, config_file=args.file)
 
 
 def run_harvest(cfg: ReaperConfig, *, print_config: bool = False, config_file: str | None = None) -> int:
@@ -62,7 +57,7 @@ def run_harvest(cfg: ReaperConfig, *, print_config: bool = False, config_file: s
     ``manage.py reaper``."""
     import shlex
 
-    from pyharvest._harvest import Harvest
+    from pyharvest._harvest import Harvest, _sql_binding
     from pyharvest.bindings.ops import start_ops_server
     from pyharvest.bindings.ops.config import OpsConfig
     from pyharvest.envconfig import env_overrides
@@ -94,13 +89,22 @@ def run_harvest(cfg: ReaperConfig, *, print_config: bool = False, config_file: s
         return EXIT_OK
     for override in env_overrides():
         log.info("%s set from %s: %r", override.key, override.variable, override.masked_value())
-    harvest = Harvest(harvest_cfg)
+    # A missing or unsharded table's error, at start or mid-run, names the command that creates
+    # it from the same file (password and all), as the status page's commands name the file.
+    init_db = f"reaper init-db -f {shlex.quote(config_file)}" if config_file else None
+    harvest = Harvest(harvest_cfg, binding=_sql_binding(harvest_cfg, init_db))
     # Before start(): probes answer while the harvester connects (not ready until it runs).
     ops = start_ops_server(
         harvest, ops_cfg, command_target=f"-f {shlex.quote(config_file)}" if config_file else None
     )
     try:
-        log.info("reaper starting with %s", harvest_cfg)
+        # One short line; the whole configuration (secrets masked) at DEBUG, or --print-config.
+        log.info(
+            "reaper %s starting: outbox %r, %s, %d shard%s, delivery %s",
+            harvest_cfg.name, harvest_cfg.outbox_table, mask_data_source(harvest_cfg.data_source),
+            harvest_cfg.shards, "" if harvest_cfg.shards == 1 else "s", harvest_cfg.delivery,
+        )
+        log.debug("reaper configuration: %s", harvest_cfg)
         harvest.run()  # a graceful stop on the first SIGINT or SIGTERM
     finally:
         if ops is not None:
@@ -116,9 +120,9 @@ def check_harvest_config(cfg: HarvestConfig) -> None:
     from pyharvest.bindings.kafka.preflight import check_properties
     from pyharvest.bindings.sql.connect import load_driver, resolve
     from pyharvest.core.config.kafka_origins import explain_harvest_refusal
-    from pyharvest.core.delivery.sender import producer_config
     from pyharvest.core.election.group_protocol import leader_client_configs
     from pyharvest.core.errors import KafkaPropertyError
+    from pyharvest.core.publishing.sender import producer_config
     from pyharvest.plugins.api import parse_table_name
 
     parse_table_name(cfg.outbox_table)
@@ -223,10 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Create the outbox table if it is missing: 'reaper init-db -f reaper.yaml' (its dataSource, "
         "outboxTable, binding, shards and poisonPolicy) or 'reaper init-db --data-source URL'.",
     )
-    add_file_argument(init, "the data source, table, binding, shards and poison policy")
+    add_file_argument(init, "the data source, table, dialect (binding), shards and poison policy")
     init.add_argument("--data-source", help="SQLAlchemy URL (or a libpq key=value string); without -f, required")
     init.add_argument("--table", help="outbox table name, optionally schema-qualified (default: outbox)")
-    init.add_argument("--binding", default=None, help="dialect plugin (default: from the URL's scheme)")
+    init.add_argument("--binding", default=None, help="the dialect, by name (default: the one the URL's scheme names)")
     init.add_argument(
         "--shards", type=_positive, default=None,
         help="also make the table ready to be harvested in this many shards: the key hash column and its index",
@@ -244,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_file_argument(schema, "the dialect, table, poison policy and shards")
     schema.add_argument("--data-source", help="a data source whose scheme names the dialect (nothing connects)")
-    schema.add_argument("--binding", default=None, help="dialect plugin name, e.g. postgresql, sqlite, mysql")
+    schema.add_argument("--binding", default=None, help="the dialect, by name: postgresql, sqlite, mysql, ...")
     schema.add_argument("--table", default=None, help="outbox table name, optionally schema-qualified (default outbox)")
     schema.add_argument(
         "--statements", action="store_true",
@@ -275,6 +279,7 @@ def _register_extras(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     from pyharvest._commands.acls import register as register_acls
     from pyharvest._commands.broker import register as register_broker
     from pyharvest._commands.inbox import register as register_inbox
+    from pyharvest._commands.monitoring import register as register_monitoring
     from pyharvest._commands.quarantine import register as register_quarantine
     from pyharvest._commands.verify import register as register_verify
     from pyharvest._demo import register as register_demo
@@ -285,6 +290,7 @@ def _register_extras(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     register_quarantine(sub)
     register_broker(sub)
     register_acls(sub)
+    register_monitoring(sub)
 
 
 # Sub-commands that live in their own modules.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Self
 
@@ -11,9 +12,10 @@ from pyharvest.core.engine.harvest import HarvestEngine
 from pyharvest.core.engine.lifecycle import State
 from pyharvest.core.engine.sharded import ShardedHarvestEngine
 from pyharvest.core.errors import ConfigError
+from pyharvest.core.healing.stuck_clients import heal_after
 from pyharvest.core.ports.database import DatabaseBinding, ShardableBinding
 from pyharvest.core.ports.kafka import KafkaClients
-from pyharvest.core.ports.stuck_clients import heal_after
+from pyharvest.core.publishing.blocked_keys import BlockedKey
 from pyharvest.core.telemetry.events import EventHandler
 from pyharvest.core.telemetry.health import Health
 from pyharvest.core.telemetry.metrics import HarvestMetrics
@@ -24,8 +26,10 @@ if TYPE_CHECKING:
 __all__ = ["Harvest"]
 
 
-def _sql_binding(config: Config) -> Callable[[], SqlBinding]:
-    """The SQL binding ``config`` names, created when the harvester starts."""
+def _sql_binding(config: Config, init_db: str | None = None) -> Callable[[], SqlBinding]:
+    """The SQL binding ``config`` names, created when the harvester starts; a missing table's
+    error advises ``init_db`` (``reaper -f FILE`` passes ``reaper init-db -f FILE``), or the
+    data source's own ``reaper init-db`` command."""
 
     def create() -> SqlBinding:
         from pyharvest.bindings.sql import create_binding
@@ -35,6 +39,10 @@ def _sql_binding(config: Config) -> Callable[[], SqlBinding]:
             quarantine=config.poison_policy == PoisonPolicy.QUARANTINE,
             # The mark thread and the delivery thread of every shard hold a connection each.
             engine_options={"pool_size": 2 * config.shards} if config.shards > 1 else None,
+            lock_timeout=config.limits.lock_timeout or None,  # resolved; 0: the database's own
+            init_db=init_db,
+            mark_lookback=config.limits.mark_lookback or 0.0,  # resolved
+            late_row_scan_interval=config.limits.late_row_scan_interval or 5.0,
         )
 
     return create
@@ -44,7 +52,7 @@ def _confluent(config: Config) -> KafkaClients:
     from pyharvest.bindings.kafka.transactions import ConfluentTransactionalClients
 
     # A client stuck for three of the leader group's sessions, while the cluster answers a
-    # fresh one, is replaced (pyharvest.core.ports.stuck_clients).
+    # fresh one, is replaced (pyharvest.core.healing.stuck_clients).
     assert config.limits.heartbeat_timeout is not None  # resolved
     return ConfluentTransactionalClients(heal_after=heal_after(config.limits.heartbeat_timeout))
 
@@ -157,6 +165,20 @@ class Harvest:
         return self.runner.is_leader
 
     @property
+    def blocked_keys(self) -> tuple[BlockedKey, ...]:
+        """The keys held back by a record Kafka refuses for good (``poisonPolicy: block``, or
+        ``quarantine`` before ``maxDeliveryAttempts``), longest blocked first: each key's
+        later records wait until its record goes through, is quarantined, or its row is
+        deleted. At most 100 (of every shard this process leads); :attr:`blocked_key_count`
+        counts them all. The status page, ``/readyz`` and ``pyharvest_blocked_keys`` show them."""
+        return self.runner.blocked_keys
+
+    @property
+    def blocked_key_count(self) -> int:
+        """How many keys are held back, including those :attr:`blocked_keys` leaves out."""
+        return self.runner.blocked_key_count
+
+    @property
     def engines(self) -> dict[int, HarvestEngine]:
         """The engine of every shard this process has led so far, by shard (shard 0 alone,
         from construction, when the outbox is not sharded)."""
@@ -198,8 +220,16 @@ class Harvest:
         return self._engine.in_flight_record_keys
 
     @property
+    def parked_records(self) -> int:
+        """Marked records parked in memory behind an in-flight record of the same key."""
+        return self._engine.parked_records
+
+    @property
     def backlog_in_memory(self) -> int:
-        return self._engine.backlog_in_memory
+        """Deprecated name of :attr:`parked_records`."""
+        warnings.warn("Harvest.backlog_in_memory is deprecated: use Harvest.parked_records", DeprecationWarning,
+                      stacklevel=2)
+        return self._engine.parked_records
 
     @property
     def binding(self) -> DatabaseBinding | None:

@@ -45,20 +45,20 @@ def _table(name: str, schema: str | None) -> TableName:
     return parse_table_name(f"{schema}.{name}" if schema else name)
 
 
-def _plugin(dialect: sa.Dialect) -> Dialect:
-    plugin = dialect_of(dialect)
-    if plugin is None:
+def _dialect_of(sa_dialect: sa.Dialect) -> Dialect:
+    dialect = dialect_of(sa_dialect)
+    if dialect is None:
         raise BindingError(
-            f"no installed pyharvest dialect serves SQLAlchemy backend {dialect.name!r}; "
+            f"no installed pyharvest dialect serves SQLAlchemy backend {sa_dialect.name!r}; "
             "install its dialect plugin (see docs/dialects/writing-a-plugin.md)"
         )
-    return plugin
+    return dialect
 
 
 def outbox_ddl(dialect: sa.Dialect, name: str = "outbox", schema: str | None = None) -> list[str]:
     """The statements that create the outbox table on ``dialect``'s database (its pyharvest
     dialect plugin's, as ``reaper schema`` prints them)."""
-    return _plugin(dialect).outbox_ddl(OutboxTable.build(_table(name, schema), NATIVE))
+    return _dialect_of(dialect).outbox_ddl(OutboxTable.build(_table(name, schema), NATIVE))
 
 
 def _ddl(statement: str) -> sa.DDL:
@@ -80,7 +80,7 @@ def drop_outbox_table(op: Operations, name: str = "outbox", schema: str | None =
     published). The quarantine table, which the harvester creates with ``poisonPolicy:
     quarantine``, is not dropped."""
     table = _table(name, schema)
-    _plugin(op.get_context().dialect)  # the same refusal as create_outbox_table for an unserved database
+    _dialect_of(op.get_context().dialect)  # the same refusal as create_outbox_table for an unserved database
     op.drop_table(table.name, schema=table.schema)
 
 

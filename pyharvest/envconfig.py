@@ -54,8 +54,8 @@ from pyharvest.core.config.settings import (
     LoggingConfig,
     ReaperConfig,
     mask_kafka_config,
-    read_yaml_file,
 )
+from pyharvest.core.config.yaml_files import read_yaml_file
 from pyharvest.core.errors import ConfigError
 
 __all__ = [
@@ -283,9 +283,12 @@ def _existing_key(node: Mapping[Any, Any], wanted: str, kafka: bool) -> Any:
 
 
 def load_reaper_config(path: str, environ: Mapping[str, str] | None = None) -> ReaperConfig:
-    """:meth:`ReaperConfig.load` with the environment's overrides applied; same errors."""
+    """:meth:`ReaperConfig.load` with the environment's overrides applied; same errors, and
+    the ``metrics:`` section's among them, in the file's order."""
+    from pyharvest.bindings.ops.config import OpsConfig
+
     data = read_yaml_file(path)
-    return ReaperConfig.from_mapping(apply_env_overrides(data, environ))
+    return ReaperConfig.from_mapping(apply_env_overrides(data, environ), {"metrics": OpsConfig.from_mapping})
 
 
 publish(__name__, globals(), __all__)

@@ -3,7 +3,7 @@ wrong and what to do about it.
 
 * :class:`HarvestError` is the base of pyharvest's own: :class:`ConfigError` (a setting,
   named in the message), :class:`BindingError` (the database: :class:`TableNotFoundError`,
-  :class:`MissingGrantError`), :class:`TopicError` (Kafka: :class:`KafkaPropertyError`,
+  :class:`TableLockedError`, :class:`MissingGrantError`), :class:`TopicError` (Kafka: :class:`KafkaPropertyError`,
   :class:`KafkaAuthorizationError`), :class:`InboxError` (the inbox: :class:`HandlerError`).
 * A record the stasher refuses before writing anything: :class:`InvalidRecordError` (a
   ``ValueError``), :class:`KeyTooLongError` and :class:`RecordTooLargeError`; a table it
@@ -18,6 +18,7 @@ from pyharvest.core.errors import (
     KafkaAuthorizationError,
     KafkaPropertyError,
     MissingGrantError,
+    TableLockedError,
     TableNotFoundError,
     TopicError,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "OutboxTableChangedError",
     "OutboxTableMissingError",
     "RecordTooLargeError",
+    "TableLockedError",
     "TableNotFoundError",
     "TopicError",
 ]

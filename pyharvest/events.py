@@ -1,6 +1,7 @@
 """What a running harvester reports: the events it emits to the handler given to
 :class:`~pyharvest.Harvest` (``on_event=`` or :meth:`~pyharvest.Harvest.set_event_handler`),
-its :class:`State` and its :class:`Health`.
+its :class:`State` and its :class:`Health`, and the :class:`BlockedKey` entries of
+:attr:`~pyharvest.Harvest.blocked_keys`.
 
 Handlers run on the harvester's own threads, synchronously: a handler of
 :class:`LeaderRevoked` may block to wrap up leader-only work before a new leader is elected;
@@ -14,6 +15,7 @@ starting. Match on the classes::
 
 from pyharvest._public import publish
 from pyharvest.core.engine.lifecycle import State
+from pyharvest.core.publishing.blocked_keys import BlockedKey
 from pyharvest.core.telemetry.events import (
     DeliveryFailed,
     Event,
@@ -29,6 +31,7 @@ from pyharvest.core.telemetry.events import (
 from pyharvest.core.telemetry.health import Health
 
 __all__ = [
+    "BlockedKey",
     "DeliveryFailed",
     "Event",
     "EventHandler",

@@ -139,7 +139,7 @@ def test_the_documented_acl_tables_are_what_reaper_acls_prints() -> None:
 
 
 def test_the_documented_grants_table_is_what_reaper_schema_prints() -> None:
-    from pyharvest.bindings.sql.grants import component_grants
+    from pyharvest.bindings.sql.component_grants import component_grants
     from pyharvest.inbox import InboxConfig, InboxTables
     from pyharvest.plugins.api import OutboxTable, parse_table_name
 

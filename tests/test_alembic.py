@@ -87,8 +87,7 @@ def test_upgrade_creates_the_outbox_init_db_accepts_and_the_harvester_uses(
     cfg = alembic_config(url)
     command.upgrade(cfg, "head")
     try:
-        plugin = load_dialect(dialect)
-        assert check_table(engine, parse_table_name("outbox"), plugin) == "native"
+        assert check_table(engine, parse_table_name("outbox"), load_dialect(dialect)) == "native"
         create_outbox_table(url, "outbox")  # reaper init-db: the table is accepted as it is
         create_outbox_table(url, "outbox_by_init_db")
         assert columns(engine, "outbox") == columns(engine, "outbox_by_init_db")

@@ -15,6 +15,7 @@ from pyharvest.bindings.sql import GOHARVEST, create_binding, create_outbox_tabl
 from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
 from pyharvest.stasher import Stasher
 from tests.helpers.fixtures.databases import selected_dialects
+from tests.helpers.stash_counts import CountedText, counting
 
 pytest.importorskip("greenlet", reason="SQLAlchemy's asyncio needs greenlet")
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine  # noqa: E402
@@ -157,7 +158,9 @@ def test_invalid_records_are_refused_before_anything_is_written(outbox) -> None:
             with pytest.raises(InvalidRecordError, match="key"):
                 await prepared.stash_many([RECORDS[0], OutboxRecord("t", "", b"v")])
             with pytest.raises(InvalidRecordError, match="topic"):
-                await prepared.stash(OutboxRecord("bad topic!", "k", b"v"))
+                renamed = OutboxRecord("t", "k", b"v")
+                renamed.topic = "bad topic!"  # after it was built: the stash checks again
+                await prepared.stash(renamed)
             with pytest.raises(InvalidRecordError, match="header"):
                 await stasher.astash(tx, OutboxRecord("t", "k", b"v", [("h", 1)]), table=table)  # type: ignore[list-item]
 
@@ -233,3 +236,25 @@ def test_limits_are_checked_before_anything_is_written(outbox) -> None:
 
     run(url, body)
     assert read_back(binding) == []
+
+
+def test_each_record_is_checked_once_and_the_plan_made_once(outbox, writes_bytes, monkeypatch) -> None:
+    url, table, binding = outbox
+    calls = {"checks": 0, "limits": 0, "plans": 0}
+    counting(monkeypatch, calls)
+    out = Stasher(table)
+    records = [OutboxRecord("t", f"k{i}", CountedText("é" * 10), [("h", "v")]) for i in range(4)]
+
+    async def body(engine: AsyncEngine) -> None:
+        async with engine.begin() as tx:
+            await out.astash(tx, records[0])
+            assert await out.astash_many(tx, records[1:3]) == 2
+            await (await out.aprepare(tx)).stash(records[3])
+        async with AsyncSession(engine) as session, session.begin():
+            assert await (await out.aprepare(session)).stash_many(records) == 4
+
+    encodings = CountedText.encodings
+    run(url, body)
+    assert calls == {"checks": 8, "limits": 8, "plans": 1}
+    assert CountedText.encodings - encodings == 8
+    assert [r[2] for r in read_back(binding)] == [("é" * 10).encode()] * 8

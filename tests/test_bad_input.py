@@ -14,7 +14,6 @@ privileges, and secrets in Kafka client settings.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 
 import pytest
@@ -36,10 +35,17 @@ from tests.helpers.waiting import wait_until
 # ---------------------------------------------------------------------- stash time
 
 
+def _renamed(topic: str) -> OutboxRecord:
+    """A record whose topic was reassigned after it was built (which checked the first one)."""
+    record = OutboxRecord("t", "k", b"v")
+    record.topic = topic
+    return record
+
+
 @pytest.mark.parametrize(
     "record, reason",
     [
-        (OutboxRecord("bad topic!", "k", b"v"), "not a valid Kafka topic name"),
+        (_renamed("bad topic!"), "not a valid Kafka topic name"),
         (OutboxRecord("t", "", b"v"), "key must be a non-empty string"),
         (OutboxRecord("t", "k", b"v", headers=[("", "x")]), "header #0 key"),
         (OutboxRecord("t", "k", 42), "value must be bytes, str or None"),  # type: ignore[arg-type]
@@ -54,6 +60,28 @@ def test_invalid_records_are_refused_and_the_batch_is_not_written(database_url, 
     finally:
         engine.dispose()
     assert outbox_count(database_url, table_name) == 0
+
+
+def test_a_row_naming_a_topic_kafka_refuses_is_read_back_for_the_harvester_to_report(database_url, table_name):
+    # OutboxRecord refuses such a topic when it is built; a row written around the stasher (by
+    # hand, or by goharvest) still reaches the harvester, whose delivery error and poison
+    # policy handle it, rather than failing every mark that reads it.
+    import uuid
+
+    create_outbox_table(database_url, table_name)
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.begin() as conn:
+            stasher.Stasher(table_name).stash(conn, OutboxRecord("t", "k", b"v"))
+            conn.execute(sa.text(f"UPDATE {table_name} SET kafka_topic = 'nc bad!'"))
+    finally:
+        engine.dispose()
+    binding = create_binding(database_url, table_name)
+    try:
+        (record,) = binding.mark(str(uuid.uuid4()), 10)
+    finally:
+        binding.dispose()
+    assert (record.topic, record.key, record.value) == ("nc bad!", "k", b"v")
 
 
 # ---------------------------------------------------------------------- hostile identifiers
@@ -233,8 +261,10 @@ def test_sasl_and_tls_settings_reach_every_kafka_client_and_are_masked_in_logs(c
                  data_source="postgresql+psycopg://app:dbpass@db/app",
                  limits=Limits(heartbeat_timeout=0.5, min_poll_interval=0.01))
     caplog.set_level(logging.DEBUG)
-    with Harvest(cfg, binding=FakeBinding(), kafka=kafka):
-        time.sleep(0.2)
+    with Harvest(cfg, binding=FakeBinding(), kafka=kafka) as harvest:
+        # Every client created and a heartbeat back: what gets logged at start has been logged.
+        wait_until(lambda: all(kafka.configs.values()) and harvest.is_leader and kafka.cluster.heartbeats >= 2, 30,
+                   "every client and a leader's heartbeats")
     for client, configs in kafka.configs.items():
         assert configs, f"no {client} was created"
         for c in configs:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
-import time
 
 import pytest
 
 from benchmarks.children import python_module
 from pyharvest.bindings.kafka.embedded import free_port
+from tests.helpers.waiting import wait_until
 
 
 def port_open(port: int) -> bool:
@@ -35,11 +35,8 @@ def test_broker_serves_kafka_clients_and_a_signal_stops_it_and_frees_the_port(st
     port = free_port()
     proc = start(port)
     try:
-        deadline = time.monotonic() + 60
-        while not port_open(port):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the broker did not listen"
-            time.sleep(0.1)
+        wait_until(lambda: port_open(port) or proc.poll() is not None, 60, "the broker to listen", interval=0.1)
+        assert proc.poll() is None, proc.communicate()
         bootstrap = f"127.0.0.1:{port}"
         producer = Producer({"bootstrap.servers": bootstrap})
         producer.produce("greetings", b"hello", b"k")

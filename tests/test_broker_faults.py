@@ -2,7 +2,7 @@
 or SIGSTOPped for longer than the clients' request timeouts, or (through a Kafka-aware proxy)
 answers metadata with no brokers, as a lone node does right after its controller fenced it.
 Nothing may be lost or reordered, the harvester must carry on by itself (no restart: a client
-librdkafka leaves stuck is replaced, pyharvest.core.ports.stuck_clients), and ``/readyz`` must say not
+librdkafka leaves stuck is replaced, pyharvest.core.healing.stuck_clients), and ``/readyz`` must say not
 ready while the broker is gone.
 
 Each test runs a private Apache Kafka (``tests.helpers.faults.apache``), so that the broker the rest of
@@ -37,6 +37,7 @@ from tests.helpers.ops import LOCAL, probe  # noqa: E402
 
 BACKLOG = 20_000
 DOWN_FOR = 10.0
+FORGOTTEN_FOR = 10.0  # seconds the leader consumer knows no broker before the lie ends
 
 
 @pytest.fixture
@@ -98,7 +99,11 @@ def drain_through(fault, pg_url: str, table_name: str, topic_name: str, kafka: A
                                      f"leader: {h.is_leader}; in flight: {h.in_flight_records}; the broker's "
                                      f"log ({kafka.data_dir}) ends:\n{kafka.log_tail()}\n{thread_stacks()}") from None
             writer.stop()
-            wait_until(lambda: outbox_count(pg_url, table_name) == 0, 180, "the outbox to drain after the fault")
+            wait_until(lambda: outbox_count(pg_url, table_name) == 0, 180,
+                       lambda: f"the outbox to drain after the fault: {outbox_count(pg_url, table_name)} rows left; "
+                               f"health: {h.health()}; leader: {h.is_leader}; in flight: {h.in_flight_records}; "
+                               f"parked: {h.parked_records}; blocked: {h.blocked_keys}; restarts: {restarts.snapshot()}"
+                               f"\n{thread_stacks()}")
             # It carried on by itself: the same harvester, still running, still leading.
             assert h.health().running and h.is_leader
     finally:
@@ -109,6 +114,16 @@ def drain_through(fault, pg_url: str, table_name: str, topic_name: str, kafka: A
     assert report.lost_count == 0 and report.reorder_count == 0, str(report)
 
 
+def not_ready_for(ops, seconds: float) -> None:  # noqa: ANN001 - the OpsServer
+    """Keep a fault on for ``seconds``, /readyz saying not ready all the while."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        assert ready(ops) == 503
+        # fixed sleep: the fault lasts as long as the scenario says (past the clients' timeouts,
+        # which run on their own clocks); in between, /readyz is asked twice a second.
+        time.sleep(min(0.5, max(until - time.monotonic(), 0)))
+
+
 def test_a_broker_killed_mid_drain_and_restarted_loses_nothing(pg_url, table_name, topic_name, kafka):
     def crash(kafka: ApacheKafka, ops) -> None:
         kafka.kill()
@@ -117,9 +132,7 @@ def test_a_broker_killed_mid_drain_and_restarted_loses_nothing(pg_url, table_nam
         _, body = probe(ops, "/readyz")
         assert "broker" in body["down"], body
         # Not ready for as long as the broker stays down (the probe answers all the while).
-        while time.monotonic() - down_at < DOWN_FOR:
-            assert ready(ops) == 503
-            time.sleep(0.5)
+        not_ready_for(ops, DOWN_FOR - (time.monotonic() - down_at))
         kafka.start()
 
     drain_through(crash, pg_url, table_name, topic_name, kafka)
@@ -134,8 +147,7 @@ def test_a_broker_paused_past_the_request_timeouts_loses_nothing(pg_url, table_n
         paused_at = time.monotonic()
         try:
             wait_until(lambda: ready(ops) == 503, 30, "/readyz to say not ready with the broker frozen")
-            while time.monotonic() - paused_at < 15:
-                time.sleep(0.5)
+            not_ready_for(ops, 15 - (time.monotonic() - paused_at))
         finally:
             kafka.resume()
 
@@ -162,25 +174,31 @@ def test_a_harvester_whose_clients_forgot_every_broker_heals_itself(pg_url, tabl
     before = restarts.snapshot().get("leader_consumer", 0)
 
     def lie(kafka: ApacheKafka, ops) -> None:
-        consumer = ops.harvest._neli._group._consumer  # the leader consumer (a ConfluentLeaderConsumer)
         forgot: list[float] = []
 
         def forgotten() -> bool:
-            # librdkafka bootstraps again at once the first time it knows no broker: the lie
-            # lasts until it has known none for a while (the next time is 5 minutes away).
-            if consumer.known_brokers == 0:
+            # librdkafka bootstraps again at once the first time it knows no broker, and drops
+            # the bootstrap connection only when the next metadata (1 s later, here) lies again;
+            # from then on it has nothing to connect to (the next bootstrap is 5 minutes away).
+            # So the lie lasts until the leader consumer has had no broker for 10 s, as /readyz
+            # says. Measured with a bare consumer: after 3 s it still held its bootstrap
+            # connection in 2 rounds of 4 and recovered by itself 0.6 s after the lie; after
+            # 10 s it was stuck in 5 of 5.
+            if probe(ops, "/readyz")[1].get("broker_connected") is False:
                 forgot.append(time.monotonic())
-                return forgot[-1] - forgot[0] > 3
+                return forgot[-1] - forgot[0] > FORGOTTEN_FOR
             forgot.clear()
             return False
 
         proxy.hide_brokers()
         try:
-            wait_until(forgotten, 60, "the leader consumer to know no broker")
+            wait_until(forgotten, 90, "the leader consumer to know no broker")
         finally:
             proxy.show_brokers()
         assert ready(ops) == 503
 
     # librdkafka asks for metadata every 5 minutes by default: the lie must reach it sooner.
     drain_through(lie, pg_url, table_name, topic_name, kafka, {"topic.metadata.refresh.interval.ms": 1000})
-    assert restarts.snapshot()["leader_consumer"] > before
+    assert restarts.snapshot().get("leader_consumer", 0) > before, (
+        "the leader consumer recovered without being replaced: the lie did not leave it stuck, so this "
+        "run proved nothing about the heal")

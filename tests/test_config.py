@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from pyharvest import Config, Limits
 from pyharvest.core.config.durations import parse_duration
 from pyharvest.core.config.settings import ReaperConfig, mask_data_source
+from pyharvest.core.engine.harvest import HarvestEngine
 from pyharvest.errors import ConfigError
 
 GOHARVEST_YAML = """
@@ -34,8 +36,20 @@ logging:
 """
 
 
-def test_goharvest_reaper_yaml_loads_unchanged():
-    rc = ReaperConfig.from_yaml(GOHARVEST_YAML)
+@pytest.fixture
+def load(tmp_path):
+    """Read YAML text as ``reaper -f`` reads its file (:meth:`ReaperConfig.load`)."""
+
+    def read(text: str) -> ReaperConfig:
+        path = tmp_path / "reaper.yaml"
+        path.write_text(text)
+        return ReaperConfig.load(str(path))
+
+    return read
+
+
+def test_goharvest_reaper_yaml_loads_unchanged(load):
+    rc = load(GOHARVEST_YAML)
     c = rc.harvest.resolve()
     assert c.base_kafka_config == {"bootstrap.servers": "localhost:9092"}
     assert c.producer_kafka_config == {"compression.type": "lz4", "delivery.timeout.ms": 10000}
@@ -67,8 +81,8 @@ def test_defaults_follow_goharvest():
     assert c.outbox_table == "outbox"
 
 
-def test_binding_key_is_accepted():
-    rc = ReaperConfig.from_yaml("harvest:\n  dataSource: sqlite:///x.db\n  binding: sqlite\n")
+def test_binding_key_is_accepted(load):
+    rc = load("harvest:\n  dataSource: sqlite:///x.db\n  binding: sqlite\n")
     assert rc.harvest.binding == "sqlite"
 
 
@@ -96,11 +110,44 @@ def test_durations(text, expected):
         ("harvest: [\n", "", "not valid YAML"),
     ],
 )
-def test_errors_name_the_field_and_the_expected_form(yaml_text, field, hint):
+def test_errors_name_the_field_and_the_expected_form(yaml_text, field, hint, load):
     with pytest.raises(ConfigError) as info:
-        ReaperConfig.from_yaml(yaml_text).harvest.resolve()
+        load(yaml_text).harvest.resolve()
     assert field in str(info.value)
     assert hint in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "errors"),
+    [
+        # The issue's case: a bad metrics: and no harvest: says both, in that order.
+        ("metrics:\n  port: abc\n", ["metrics.port: expected a TCP port", "harvest: missing section"]),
+        ("metrics:\n  port: abc\nharvest:\n  shards: 0\nlogging:\n  level: loud\n",
+         ["metrics.port:", "harvest.shards: expected a whole number from 1", "logging.level: expected one of"]),
+        ("logging:\n  level: loud\nharvest:\n  outboxTabel: x\n", ["logging.level:", "harvest.outboxTabel: unknown key"]),
+        ("harvest:\n  outboxTabel: x\nmetrics:\n  prot: 1\n", ["harvest.outboxTabel:", "metrics.prot: unknown key"]),
+    ],
+)
+def test_every_sections_error_is_reported_in_the_files_order(tmp_path, yaml_text, errors):
+    from pyharvest.envconfig import load_reaper_config
+    from tests.helpers.cli import assert_one_line_error, reaper
+
+    path = tmp_path / "reaper.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError) as info:
+        load_reaper_config(str(path), {})
+    message = str(info.value)
+    places = [message.find(e) for e in errors]
+    assert -1 not in places and places == sorted(places), message
+    assert message.startswith(errors[0]) and info.value.field == errors[0].split(":")[0]
+    run = reaper("-f", str(path))  # as reaper reports it: one line, every error
+    assert_one_line_error(run, f"invalid configuration: {errors[0]}", *errors[1:])
+
+
+def test_a_file_with_one_error_reports_it_alone(load):
+    with pytest.raises(ConfigError) as info:
+        load("logging:\n  level: loud\nharvest: {}\n")
+    assert "also" not in str(info.value) and info.value.field == "logging.level"
 
 
 def test_secrets_never_appear_in_repr():
@@ -143,16 +190,16 @@ def test_limits_from_python_are_validated():
         ("harvest:\n  limits:\n    markBackoff: '10'\n", "harvest.limits.markBackoff", "10"),
     ],
 )
-def test_a_duration_without_a_unit_is_refused_naming_the_key(yaml_text, field, shown):
+def test_a_duration_without_a_unit_is_refused_naming_the_key(yaml_text, field, shown, load):
     with pytest.raises(ConfigError) as info:
-        ReaperConfig.from_yaml(yaml_text)
+        load(yaml_text)
     message = str(info.value)
     assert message.startswith(f"{field}: {shown} has no unit")
     assert f"'{shown}ms'" in message and f"'{shown}s'" in message
 
 
-def test_a_zero_duration_needs_no_unit():
-    limits = ReaperConfig.from_yaml("harvest:\n  limits:\n    markBackoff: 0\n    ioErrorBackoff: '0'\n").harvest.limits
+def test_a_zero_duration_needs_no_unit(load):
+    limits = load("harvest:\n  limits:\n    markBackoff: 0\n    ioErrorBackoff: '0'\n").harvest.limits
     assert (limits.mark_backoff, limits.io_error_backoff) == (0.0, 0.0)
 
 
@@ -177,14 +224,14 @@ def test_inbox_and_metrics_durations_need_a_unit_too():
         ("logging:\n  levle: Info\nharvest: {}\n", "did you mean 'level'?"),
     ],
 )
-def test_a_near_miss_key_gets_a_suggestion(yaml_text, suggestion):
+def test_a_near_miss_key_gets_a_suggestion(yaml_text, suggestion, load):
     with pytest.raises(ConfigError, match=re.escape(suggestion)):
-        ReaperConfig.from_yaml(yaml_text)
+        load(yaml_text)
 
 
-def test_a_key_like_no_other_gets_no_suggestion():
+def test_a_key_like_no_other_gets_no_suggestion(load):
     with pytest.raises(ConfigError) as info:
-        ReaperConfig.from_yaml("harvest:\n  frobnicate: 1\n")
+        load("harvest:\n  frobnicate: 1\n")
     assert "did you mean" not in str(info.value) and "expected one of" in str(info.value)
 
 
@@ -228,3 +275,26 @@ def test_repr_never_raises() -> None:
     config.limits = None  # type: ignore[assignment]
     assert "secret" not in repr(config) and repr(config).startswith("Config(")
     assert "secret" not in str(Config(data_source="postgresql://u:secret@h/db"))
+
+
+def test_a_config_is_resolved_once_and_the_engines_take_that_form():
+    from pyharvest.core.config.settings import ResolvedConfig
+    from pyharvest.core.engine.sharded import ShardedHarvestEngine
+    from tests.helpers.fakes import FakeBinding, FakeKafka
+
+    resolved = Config(leader_topic="app.neli", leader_group_id="app", data_source="fake://").resolve()
+    assert isinstance(resolved, ResolvedConfig) and resolved.resolve() is resolved
+    assert resolved.limits.max_in_flight_records is not None  # the defaults are filled in
+    engine = HarvestEngine(resolved, binding=FakeBinding(), kafka=FakeKafka())
+    assert engine.config is resolved
+    sharded = ShardedHarvestEngine(dataclasses.replace(resolved, shards=2), binding=FakeBinding, kafka=FakeKafka())
+    assert isinstance(sharded.config, ResolvedConfig) and sharded.config.shards == 2
+
+
+def test_a_copy_of_a_resolved_config_is_checked_again():
+    resolved = Config(leader_topic="app.neli", leader_group_id="app", data_source="fake://").resolve()
+    with pytest.raises(ConfigError, match="shards"):
+        dataclasses.replace(resolved, shards=0)
+    # A copy built from unresolved parts is filled in, never left half-resolved.
+    copy = dataclasses.replace(resolved, limits=Limits())
+    assert copy.limits.max_in_flight_records == resolved.limits.max_in_flight_records

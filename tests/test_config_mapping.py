@@ -184,7 +184,7 @@ def test_repr_and_str_show_the_class_and_no_secret():
 
 
 def test_one_file_may_hold_every_commands_section():
-    from pyharvest.core.config.settings import file_sections
+    from pyharvest.core.config.yaml_files import file_sections
 
     data = {"harvest": {}, "inbox": {}, "logging": {}, "metrics": {}}
     assert file_sections(data, "inbox") is data

@@ -12,7 +12,10 @@ from typing import Any
 import pytest
 
 from pyharvest.core.config.settings import Config, Limits
-from pyharvest.core.delivery.processor import DeliveryProcessor, Flight
+from pyharvest.core.publishing.acks import AckProcessor
+from pyharvest.core.publishing.at_least_once import UntilShutdown
+from pyharvest.core.publishing.sender import Flight
+from pyharvest.core.publishing.settlement import Settlement
 from pyharvest.core.outbox.records import OutboxRecord
 from pyharvest.core.ports.kafka import DeliveryError
 from pyharvest.core.telemetry.events import DeliveryFailed, MeterRead, RecordQuarantined
@@ -56,6 +59,31 @@ class NoQuarantine:
         self.mark, self.purge, self.reset, self.dispose = inner.mark, inner.purge, inner.reset, inner.dispose
 
 
+class JournalWindow:
+    """The key window as the processor sees it: its remarks and releases go to the journal."""
+
+    def __init__(self, journal: list[tuple[Any, ...]]) -> None:
+        self.journal = journal
+        self.hold_acks = True
+
+    def raise_remark(self) -> None:
+        self.journal.append(("remark",))
+
+    def release(self, keys: list[str]) -> None:
+        self.journal.append(("release", sorted(keys)))
+
+    def may_hold_acks(self) -> bool:
+        return self.hold_acks
+
+
+class ReportingSender:
+    """The sender as the processor sees it: the reports, and the producer it polls."""
+
+    def __init__(self) -> None:
+        self.reports: deque[Flight] = deque()
+        self.producer: Any = None
+
+
 class Rig:
     def __init__(self, *, policy: str = "block", max_attempts: int = 3, coalesce_target: int = 1, **limits: Any):
         self.journal: list[tuple[Any, ...]] = []
@@ -68,15 +96,19 @@ class Rig:
         self.config = Config(leader_topic="app.neli", leader_group_id="app", data_source="fake://",
                              limits=lim, poison_policy=policy).resolve()
         self.metrics = HarvestMetrics()
-        self.reports: deque[Flight] = deque()
-        self.processor = DeliveryProcessor(
-            self.reports, self.config, self.metrics,
+        self.sender = ReportingSender()
+        self.reports = self.sender.reports
+        self.window = JournalWindow(self.journal)
+        patience = UntilShutdown(lambda: self.deadline, 0.001)
+        self.settlement = Settlement(self.config, self.metrics, BatchSpans("outbox"), self.events.append, patience)
+        self.processor = AckProcessor(
+            self.sender,  # type: ignore[arg-type]
+            self.window,  # type: ignore[arg-type]
+            self.settlement,
+            self.metrics,
             coalesce_target=coalesce_target,
+            min_metrics_interval=lim.min_metrics_interval or 0.0,
             emit=self.events.append,
-            raise_remark=lambda: self.journal.append(("remark",)),
-            release=lambda keys: self.journal.append(("release", sorted(keys))),
-            deadline=lambda: self.deadline,
-            spans=BatchSpans("outbox"),
         )
 
     def marked(self, *keys: str, leader_id: str = "L1") -> list[OutboxRecord]:
@@ -147,12 +179,12 @@ def test_the_block_policy_resets_a_poison_record_and_counts_the_streak():
     for _ in range(2):
         rig.report(poison, TOO_LARGE)
         rig.process()
-    assert rig.processor.poison_streak == 2
+    assert rig.settlement.poison_streak == 2
     assert [e.attempts for e in rig.failures()] == [1, 2] and not rig.failures()[0].retriable
     assert not rig.db.quarantined and poison.id in rig.db.rows
     rig.report(poison, TIMEOUT)  # a passing fault ends the streak, and its backoff
     rig.process()
-    assert rig.processor.poison_streak == 0
+    assert rig.settlement.poison_streak == 0
 
 
 def test_the_quarantine_policy_parks_the_key_after_max_attempts():
@@ -263,7 +295,9 @@ def test_the_meter_reports_acknowledged_records():
     records = rig.marked("a", "b", "c")
     for r in records:
         rig.report(r)
-    time.sleep(0.001)
+    reported = time.monotonic()
+    while time.monotonic() == reported:  # the meter rates over elapsed time: the clock must have moved
+        pass
     rig.process()
     stats = [e.stats for e in rig.events if isinstance(e, MeterRead)]
     assert stats and stats[-1].total == 3
@@ -288,7 +322,9 @@ def serve(may_wait: bool) -> Rig:
     rig = Rig(coalesce_target=4)
     done = threading.Event()
     producer = TrickleProducer(rig, rig.marked(*(f"k{i}" for i in range(8))), done)
-    rig.processor.serve(rig.db, lambda: producer, done, lambda: may_wait)  # type: ignore[arg-type, return-value]
+    rig.sender.producer = producer
+    rig.window.hold_acks = may_wait
+    rig.processor.serve(rig.db, done)
     assert len(rig.db) == 0
     return rig
 
@@ -303,7 +339,7 @@ def test_serve_purges_at_once_when_someone_waits():
 
 def test_serve_stops_when_the_producer_is_gone():
     rig = Rig()
-    rig.processor.serve(rig.db, lambda: None, threading.Event(), lambda: True)
+    rig.processor.serve(rig.db, threading.Event())  # the sender has no producer
     assert rig.journal == []
 
 
@@ -335,7 +371,7 @@ def test_a_quarantined_key_says_how_to_replay_or_discard_it(caplog):
 
 
 def test_every_poison_code_of_the_kafka_binding_has_a_hint():
-    from pyharvest.core.delivery.poison_hints import _HINTS
+    from pyharvest.core.publishing.poison_hints import _HINTS
 
     confluent = pytest.importorskip("pyharvest.bindings.kafka.confluent")
     from confluent_kafka import KafkaError

@@ -195,7 +195,7 @@ def engine(database_url: str) -> Iterator[sa.Engine]:
     e.dispose()
 
 
-def _plugin(engine: sa.Engine) -> Dialect:
+def _dialect_of(engine: sa.Engine) -> Dialect:
     from pyharvest.plugins.api import dialect_of
 
     found = dialect_of(engine)
@@ -215,7 +215,7 @@ def test_upsert_runs_and_the_last_row_of_a_key_wins(engine: sa.Engine, table_nam
         sa.Column("id", sa.BigInteger), sa.Column("owner", sa.String(20)), sa.Column("seq", sa.BigInteger),
     )
     md.create_all(engine)
-    dialect = _plugin(engine)
+    dialect = _dialect_of(engine)
     with engine.begin() as conn:
         conn.execute(sa.insert(target), [{"id": 1, "owner": "old"}, {"id": 2, "owner": "old"}])
         conn.execute(sa.insert(staging), [
@@ -244,7 +244,7 @@ def _seen_table(name: str) -> sa.Table:
 def test_insert_new_keys_returns_the_keys_already_there(engine: sa.Engine, table_name: str) -> None:
     seen = _seen_table(f"{table_name}_seen")
     seen.create(engine)
-    dialect = _plugin(engine)
+    dialect = _dialect_of(engine)
     first, second, third = (datetime(2024, 1, d, tzinfo=UTC) for d in (1, 2, 3))
     statements: list[str] = []
     sa.event.listen(engine, "before_cursor_execute", lambda conn, cursor, sql, *a: statements.append(sql))
@@ -279,7 +279,7 @@ def test_postgresql_inserts_new_keys_without_a_distinguishing_column(engine: sa.
         sa.Column("k", sa.BigInteger, primary_key=True, autoincrement=False),
     )
     keys.create(engine)
-    dialect = _plugin(engine)
+    dialect = _dialect_of(engine)
     with engine.begin() as conn:
         present = dialect.insert_new_keys(conn, keys, "k", [1, 2, 3], {"scope": "x"})
         if present is None:

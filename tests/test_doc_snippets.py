@@ -61,7 +61,10 @@ PLACEHOLDERS = {
     "postgresql+asyncpg://app@localhost/app": "sqlite+aiosqlite:///app.db",
     "localhost:9092": "{broker}",
     "broker:9092": "{broker}",
+    "http://localhost:8081": "{registry}",
 }
+#: A page that names the schema registry runs against the session's (the schema_registry_url fixture).
+REGISTRY_PLACEHOLDER = "http://localhost:8081"
 
 #: Where a quoted name is a Kafka topic or group: a record's or a produce call's topic, a
 #: consumer's topics, a group id, the topic ``verify_topic`` reads.
@@ -142,11 +145,11 @@ def kafka_names(blocks: list[Block]) -> set[str]:
     return {m["name"] for b in blocks for m in KAFKA_NAME.finditer(b.code)}
 
 
-def substituted(code: str, broker: str, names: Collection[str] = (), run: str = "") -> str:
+def substituted(code: str, broker: str, names: Collection[str] = (), run: str = "", registry: str = "") -> str:
     """``code`` against this run's servers: the placeholders replaced, and each quoted literal
     of ``names`` (anywhere on the page, so that a hidden setup block agrees) given ``-run``."""
     for placeholder, actual in PLACEHOLDERS.items():
-        code = code.replace(placeholder, actual.format(broker=broker))
+        code = code.replace(placeholder, actual.format(broker=broker, registry=registry))
     if names:
         alternatives = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
         literal = re.compile(r"""(["'])(""" + alternatives + r""")\1""")
@@ -173,7 +176,7 @@ def test_markers_parse() -> None:
 
 @pytest.mark.timeout(PAGE_TIMEOUT + 60)
 @pytest.mark.parametrize("page", [p for p in PAGES if any(b.mode != "skip" for b in blocks_of(p))], ids=_ids)
-def test_page_snippets_run(page: Path, kafka_bootstrap: str, tmp_path: Path) -> None:
+def test_page_snippets_run(page: Path, kafka_bootstrap: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     blocks = [b for b in blocks_of(page) if b.mode != "skip"]
     import importlib.util
 
@@ -184,8 +187,12 @@ def test_page_snippets_run(page: Path, kafka_bootstrap: str, tmp_path: Path) -> 
         if not any(b.mode != "setup" for b in blocks):
             pytest.skip(f"{page.name} needs {missing[0].requires}: an optional extra not installed here")
     names, run = kafka_names(blocks), uuid.uuid4().hex[:8]
+    registry = (
+        request.getfixturevalue("schema_registry_url") if any(REGISTRY_PLACEHOLDER in b.code for b in blocks) else ""
+    )
     spec = [
-        {"path": b.path, "line": b.line, "code": substituted(b.code, kafka_bootstrap, names, run), "mode": b.mode}
+        {"path": b.path, "line": b.line, "code": substituted(b.code, kafka_bootstrap, names, run, registry),
+         "mode": b.mode}
         for b in blocks
     ]
     (tmp_path / "blocks.json").write_text(json.dumps(spec), encoding="utf-8")

@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import textwrap
-import time
 
 import pytest
 
@@ -54,7 +53,8 @@ def test_stop_frees_the_port_even_if_the_guard_was_killed() -> None:
     try:
         assert broker.pid is not None
         os.kill(broker.pid, signal.SIGKILL)  # the broker itself lives on, guardless
-        time.sleep(0.2)
+        guard = broker.pid
+        wait_until(lambda: not _alive(guard), 15, "the guard to die", interval=0.05)
         assert _listening(broker.port)
     finally:
         broker.stop()
@@ -76,11 +76,11 @@ def test_broker_stops_when_its_owner_dies_without_cleaning_up(how: signal.Signal
     # context managers. Either way the broker must not outlive its owner.
     owner_code = textwrap.dedent(
         """
-        import sys, time
+        import signal
         from pyharvest.bindings.kafka.embedded import EmbeddedBroker
         broker = EmbeddedBroker().start()
         print(broker.port, broker.pid, flush=True)
-        time.sleep(600)
+        signal.pause()  # until the test signals it (SIGTERM has no handler: it ends the process)
         """
     )
     owner = subprocess.Popen(python_code(owner_code), stdout=subprocess.PIPE, text=True)
@@ -92,10 +92,7 @@ def test_broker_stops_when_its_owner_dies_without_cleaning_up(how: signal.Signal
         owner.send_signal(how)
         owner.wait(10)
         wait_until(lambda: not _listening(port), 15, f"the broker on port {port} to go with its owner", interval=0.05)
-        deadline = time.monotonic() + 10
-        while _alive(guard) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _alive(guard), "the broker's guard process outlived its owner"
+        wait_until(lambda: not _alive(guard), 10, "the broker's guard process to go with its owner", interval=0.05)
     finally:
         if owner.poll() is None:
             owner.kill()

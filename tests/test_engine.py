@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -13,6 +14,17 @@ from pyharvest.events import State
 from tests.helpers.engine import fill, make, per_key
 from tests.helpers.fakes import FakeBinding, FakeKafka
 from tests.helpers.waiting import wait_until
+
+
+def went_round(kafka: FakeKafka, times: int = 3, group: bool = True):
+    """A condition: since this call, the engine's producers were polled ``10 * times`` more
+    times and (with ``group``) its main loop polled the leader group ``times`` more times. It is
+    the later event a test waits for before asserting that something did not happen: by then
+    the engine had its chances to do it."""
+    c = kafka.cluster
+    consumers = list(c.consumers) if group else []
+    polls, group_polls = c.polls, sum(x.polls for x in consumers)
+    return lambda: c.polls >= polls + 10 * times and sum(x.polls for x in consumers) >= group_polls + times * group
 
 
 def test_drains_everything_in_order_and_empties_the_outbox():
@@ -40,9 +52,10 @@ def test_in_flight_throttle_is_respected():
     h = make(db, kafka, max_in_flight_records=17, mark_query_records=10)
     with h:
         wait_until(lambda: kafka.cluster.max_in_flight >= 10, 5)
-        time.sleep(0.1)
+        # Had the engine ignored the throttle, it would have marked and sent more by then.
+        wait_until(went_round(kafka), 10, "the engine's loops to go round")
         assert kafka.cluster.max_in_flight <= 17
-        assert h.in_flight_records + h.backlog_in_memory <= 17
+        assert h.in_flight_records + h.parked_records <= 17
         kafka.cluster.hold = False
         wait_until(lambda: len(db) == 0)
     assert kafka.cluster.max_in_flight <= 17
@@ -113,7 +126,7 @@ def test_lost_heartbeats_fence_the_leader_and_returning_ones_restore_it():
         assert not h.is_leader
         # Fenced: new records are not published.
         db.insert("data", "k", b"late")
-        time.sleep(0.2)
+        wait_until(went_round(kafka), 10, "the engine's loops to go round")
         assert kafka.cluster.logs["data"] == []
         kafka.cluster.heartbeats_pass = True
         wait_until(lambda: h.is_leader and len(db) == 0)
@@ -132,7 +145,9 @@ def test_revocation_stops_publishing_and_waits_for_in_flight_records():
         wait_until(lambda: h.in_flight_records > 0)
         consumer = kafka.cluster.consumers[0]
         consumer.revoke_requested = True
-        time.sleep(0.1)
+        wait_until(lambda: not consumer.revoke_requested, 10, "the revocation to be delivered")
+        # The main loop waits in the revocation for the in-flight records: the delivery loop goes round.
+        wait_until(went_round(kafka, group=False), 10, "the delivery loop to go round")
         # The revocation waits for in-flight records: still leader-ish until they resolve.
         assert not any(isinstance(e, LeaderRevoked) for e in events)
         kafka.cluster.hold = False
@@ -140,7 +155,7 @@ def test_revocation_stops_publishing_and_waits_for_in_flight_records():
         assert h.in_flight_records == 0
         assert not h.is_leader
         published = len(kafka.cluster.logs["data"])
-        time.sleep(0.1)
+        wait_until(went_round(kafka), 10, "the engine's loops to go round")
         assert len(kafka.cluster.logs["data"]) == published
 
 
@@ -159,18 +174,41 @@ def test_stop_with_records_in_flight_leaves_the_rest_for_the_next_leader():
     assert len(db) == 100
 
 
-def test_crash_in_binding_surfaces_through_join():
+def test_crash_in_binding_surfaces_through_join(caplog):
     class Broken(FakeBinding):
         def purge(self, ids):
+            self.purge_calls += 1
             raise MemoryError("boom")
 
     db, kafka = Broken(), FakeKafka()
     fill(db, 5, 5)
     h = make(db, kafka, io_error_backoff=0.001, shutdown_timeout=0.2)
     h.start()
-    time.sleep(0.3)
+    wait_until(lambda: h.metrics.db_errors >= 3, 10, "three failed purges")
     h.stop()
-    assert h.join(5)  # MemoryError is retried as an I/O error until shutdown gives up
+    # An Exception from the binding (MemoryError too) is retried as an I/O error until shutdown
+    # gives up on it: it surfaces as errors counted and logged, and join() has no crash to raise.
+    assert h.join(5)
+    assert h.metrics.db_errors == db.purge_calls and h.metrics.records_purged == 0
+    assert len(db) == 5, "the rows the purge gave up on are left for the next leader"
+    assert "giving up on purge of 5 records" in caplog.text and "MemoryError: boom" in caplog.text
+
+    class Crash(BaseException):
+        pass
+
+    class Crashing(FakeBinding):
+        def mark(self, leader_id, limit):
+            raise Crash("the binding crashed")
+
+    # What is not an Exception is no I/O error to retry: it stops the engine, and join() raises it.
+    db, kafka = Crashing(), FakeKafka()
+    fill(db, 5, 5)
+    h = make(db, kafka, shutdown_timeout=0.2)
+    h.start()
+    wait_until(lambda: h.state is State.STOPPED, 10, "the crashed engine to stop")
+    with pytest.raises(Crash, match="the binding crashed"):
+        h.join(5)
+    assert len(db) == 5
 
 
 def test_start_twice_is_refused_and_a_handler_may_be_set_once_running():
@@ -213,7 +251,7 @@ def test_quarantine_parks_only_the_poisoned_key_and_replay_resumes_it_in_order()
     h.config.poison_policy = "quarantine"
     h.set_event_handler(events.append)
     with h:
-        wait_until(lambda: len(db) == 3)  # the poison record and the two behind it are held
+        wait_until(lambda: len(db) == 3)  # the poison record and the two parked behind it stay
         assert "bad" in db.quarantined
         got = per_key(kafka.cluster.logs["data"])
         assert got["bad"] == [b"before"]
@@ -229,16 +267,23 @@ def test_quarantine_parks_only_the_poisoned_key_and_replay_resumes_it_in_order()
 
 
 def test_block_policy_retries_a_poison_record_with_backoff_and_holds_its_key():
+    from pyharvest.core.telemetry.events import DeliveryFailed
+
     db, kafka = FakeBinding(), FakeKafka()
     db.insert("data", "bad", b"poison")
     db.insert("data", "bad", b"after")
     db.insert("data", "other", b"x")
     kafka.cluster.fail = poison_for("bad")
     h = make(db, kafka, io_error_backoff=0.02)
+    failed_at: list[float] = []
+    h.set_event_handler(lambda e: failed_at.append(time.monotonic()) if isinstance(e, DeliveryFailed) else None)
     with h:
-        time.sleep(0.6)
-        # Retried with growing pauses, not in a tight loop; nothing behind it overtook it.
-        assert 2 <= h.metrics.delivery_errors["MSG_SIZE_TOO_LARGE"] <= 8
+        wait_until(lambda: len(failed_at) >= 5, 15, "five failed attempts of the poison record")
+        # Retried with growing pauses (ioErrorBackoff, doubled each attempt), not in a tight loop;
+        # nothing behind it overtook it.
+        gaps = [b - a for a, b in itertools.pairwise(failed_at[:5])]
+        assert all(gap >= 0.9 * 0.02 * 2**i for i, gap in enumerate(gaps)), gaps
+        assert h.metrics.delivery_errors["MSG_SIZE_TOO_LARGE"] >= 5
         assert per_key(kafka.cluster.logs["data"]).get("bad", []) == []
         kafka.cluster.fail = lambda s: None
         wait_until(lambda: len(db) == 0, 15)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 import uuid
 
 import pytest
@@ -14,7 +13,8 @@ import yaml
 
 from pyharvest import OutboxRecord, stasher
 from pyharvest.bindings.sql import create_outbox_table
-from tests.helpers.outbox import collapse_one_off_duplicates, wait_empty
+from tests.helpers.groups import settled
+from tests.helpers.outbox import collapse_one_off_duplicates, outbox_count, wait_empty
 from tests.helpers.reapers import Reaper, stop_all
 from tests.helpers.topics import create_topic, read_topic, values_per_key
 from tests.helpers.waiting import wait_until
@@ -61,16 +61,25 @@ def test_leader_stopped_then_killed_mid_stream(
                         prepared.stash(OutboxRecord(topic_name, key, f"{key}:{sequence[key]}".encode()))
                         sequence[key] += 1
                         i += 1
-                time.sleep(0.01)
+                stop_writing.wait(0.01)  # the writer's pace, cut short by the stop
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
+
+    def flowing(records: int) -> None:
+        """Wait until the leader has purged ``records`` more of the writer's records."""
+        def purged() -> int:
+            written = sum(sequence.values())  # read first: the outbox only has fewer rows since
+            return written - outbox_count(database_url, table_name)
+
+        before = purged()
+        wait_until(lambda: purged() >= before + records, 60, f"{records} more records purged")
 
     reapers = [Reaper(config_path, tmp_path / f"reaper-{n}.log") for n in range(2)]
     writing = threading.Thread(target=writer)
     writing.start()
     try:
         wait_until(lambda: any(r.is_leader() for r in reapers), 60, "a first leader")
-        time.sleep(2)
+        flowing(200)
         first = next(r for r in reapers if r.is_leader())
         first.signal(signal.SIGTERM)
         assert first.wait(30) == 0, first.log()
@@ -81,14 +90,14 @@ def test_leader_stopped_then_killed_mid_stream(
         # leads outright, with its in-flight window full.
         reapers.append(Reaper(config_path, tmp_path / "reaper-2.log"))
         live = [survivor, reapers[2]]
-        time.sleep(5)
+        wait_until(settled({"bootstrap.servers": kafka_bootstrap}, group, 2), 60, "the group to settle with two members")
         wait_until(lambda: sum(r.is_leader() for r in live) == 1, 60, "the group to settle on one leader")
         victim = next(r for r in live if r.is_leader())
         heir = next(r for r in live if r is not victim)
         victim.signal(signal.SIGKILL)
         victim.wait(10)
         wait_until(heir.is_leader, 90, "the standby to take over after SIGKILL")
-        time.sleep(1)
+        flowing(200)
         stop_writing.set()
         writing.join()
         assert not errors, errors

@@ -30,7 +30,8 @@ from pyharvest.core.telemetry.events import LeaderAcquired, LeaderFenced, Leader
 from tests.helpers.faults.kafka import proxied_broker
 from tests.helpers.faults.proxy import FaultProxy, _Conn
 from tests.helpers.fixtures.kafka import on_embedded_broker
-from tests.helpers.outbox import Writer, outbox_count
+from tests.helpers.groups import settled
+from tests.helpers.outbox import Writer, marked_count, outbox_count
 from tests.helpers.reapers import Reaper, check_topic, config
 from tests.helpers.topics import create_topic
 from tests.helpers.waiting import wait_until
@@ -47,6 +48,12 @@ def pg_url(dialect: str, database_url: str) -> str:
 
 
 # ---------------------------------------------------------------------- broker cut
+
+
+def flowing(h: Harvest, records: int, timeout: float = 60.0) -> None:
+    """Wait until ``h`` has published ``records`` more records: the stream flows."""
+    published = h.metrics.records_published
+    wait_until(lambda: h.metrics.records_published >= published + records, timeout, f"{records} more records published")
 
 
 def test_broker_cut_with_records_in_flight_loses_nothing_and_keeps_order(pg_url, table_name, topic_name):
@@ -70,14 +77,16 @@ def test_broker_cut_with_records_in_flight_loses_nothing_and_keeps_order(pg_url,
             # Two cuts of the same producer on Apache Kafka; one on the embedded broker, where a
             # second cut livelocked the engine on PRODUCER_FENCED (the broker's epoch handling).
             for _ in range(1 if on_embedded_broker() else 2):
-                time.sleep(2)
+                flowing(h, 200)
                 wait_until(lambda: h.in_flight_records > 0, 10, "records in flight")
+                failed = sum(h.metrics.delivery_errors.values())
                 proxy.refuse(True)
                 proxy.reset_connections()
-                time.sleep(3)  # longer than delivery.timeout.ms: in-flight deliveries fail
+                # Refused until delivery.timeout.ms has passed: in-flight deliveries fail.
+                wait_until(lambda failed=failed: sum(h.metrics.delivery_errors.values()) > failed, 30, "in-flight deliveries to fail")
                 proxy.refuse(False)
             proxy.heal()
-            time.sleep(2)
+            flowing(h, 200)
             writer.stop()
             wait_until(lambda: outbox_count(pg_url, table_name) == 0, 40, "the outbox to drain")
         assert h.metrics.records_reset > 0 or sum(h.metrics.delivery_errors.values()) > 0, h.metrics
@@ -222,7 +231,7 @@ def test_black_holed_leader_fences_itself_and_a_second_harvester_takes_over(pg_u
             # it is stopped (leadership returns) and another standby tried.
             for attempt in range(4):
                 standby = Reaper(cfg_path, tmp_path / f"standby-{attempt}.log")
-                time.sleep(6)
+                wait_until(settled(cfg.base_kafka_config, group, 2), 60, "the group to settle with the standby")
                 wait_until(lambda: old.is_leader or standby.is_leader(), 30, "a leader")
                 if old.is_leader and not standby.is_leader():
                     break
@@ -232,7 +241,7 @@ def test_black_holed_leader_fences_itself_and_a_second_harvester_takes_over(pg_u
             else:
                 pytest.fail("the in-process harvester never kept leadership beside a standby")
             writer.start()
-            time.sleep(2)
+            flowing(old, 100)
             proxy.isolate(os.getpid())  # the old leader's broker link goes silent
             cut = time.monotonic()
             wait_until(lambda: any(isinstance(e, LeaderFenced) for _t, e in events), 15, "LeaderFenced")
@@ -244,7 +253,10 @@ def test_black_holed_leader_fences_itself_and_a_second_harvester_takes_over(pg_u
             wait_until(standby.is_leader, 60, "the standby to take over")
             # Count what the old leader hands to its producer from the moment it fenced.
             published_at_fence = old.metrics.records_published
-            time.sleep(4)
+            # The writer goes on: records the fenced leader could publish, if it did, before the
+            # new leader drains them all (the later event the absence is asserted after).
+            written = len(writer.expected)
+            wait_until(lambda: len(writer.expected) >= written + 400, 60, "more records written")
             writer.stop()
             wait_until(lambda: outbox_count(pg_url, table_name) == 0, 90, "the new leader to drain the outbox")
             assert old.metrics.records_published == published_at_fence, "the fenced leader published"
@@ -281,7 +293,10 @@ def test_database_connection_dropped_during_marks_and_purges(pg_url, table_name,
             writer.start()
             db_proxy.set_latency(0.02)  # marks and purges take a while: a reset lands inside one
             for _ in range(8):
-                time.sleep(0.7)
+                # Each reset once the harvester marks through the proxy again: it lands in a mark
+                # or in the purges in between.
+                marks = h.metrics.marks
+                wait_until(lambda marks=marks: h.metrics.marks > marks, 60, "a mark through the proxy")
                 db_proxy.reset_connections()
             writer.stop()
             db_proxy.heal()
@@ -305,9 +320,10 @@ def test_purges_retried_through_a_database_outage_leave_nothing_marked(pg_url, t
             writer.write(2000)
             wait_until(lambda: h.metrics.records_marked > 0, 20, "a mark")
             # The database goes away while records are being acknowledged: purges fail and retry.
+            errors = h.metrics.db_errors
             db_proxy.refuse(True)
             db_proxy.reset_connections()
-            time.sleep(3)
+            wait_until(lambda: h.metrics.db_errors >= errors + 2, 30, "purges to fail and be retried")
             db_proxy.refuse(False)
             wait_until(lambda: outbox_count(pg_url, table_name) == 0, 90, "the outbox to drain")
         assert h.metrics.db_errors > 0, h.metrics
@@ -340,7 +356,7 @@ def test_leader_killed_with_a_full_in_flight_window_is_salvaged(pg_url, table_na
             wait_until(lambda: any(r.is_leader() for r in reapers), 60, "a leader")
             victim = next(r for r in reapers if r.is_leader())
             heir = next(r for r in reapers if r is not victim)
-            time.sleep(3)
+            wait_until(lambda: marked_count(pg_url, table_name) >= 1500, 60, "the window to fill")
             remaining = outbox_count(pg_url, table_name)
             assert remaining > 1000, "the window should still be full"
             victim.signal(signal.SIGKILL)

@@ -7,8 +7,7 @@ import threading
 import time
 from collections import defaultdict
 
-from pyharvest.core.delivery.dispatch import Dispatcher
-from pyharvest.core.delivery.gate import KeyGate
+from pyharvest.core.publishing.key_window import KeyGate, KeyWindow
 from pyharvest.core.outbox.records import OutboxRecord
 
 _ids = iter(range(1, 1_000_000))
@@ -118,9 +117,16 @@ def test_random_interleavings_keep_one_record_per_key_in_flight_and_per_key_orde
 # ---------------------------------------------------------------------------------- the dispatcher
 
 
-def dispatcher(limit: int = 10) -> tuple[Dispatcher, list[OutboxRecord]]:
-    sent: list[OutboxRecord] = []
-    return Dispatcher(KeyGate(limit), sent.extend), sent
+class Outlet(list):
+    """Where the window sends: a list of what it sent."""
+
+    def send(self, records):
+        self.extend(records)
+
+
+def dispatcher(limit: int = 10) -> tuple[KeyWindow, list[OutboxRecord]]:
+    sent = Outlet()
+    return KeyWindow(KeyGate(limit), sent), sent
 
 
 def test_nothing_is_dispatched_before_leading_or_after_stepping_down():
@@ -212,6 +218,7 @@ def test_a_key_stuck_longer_than_the_queue_timeout_raises_a_remark():
     d.dispatch([rec("a", "1"), rec("a", "2")])
     d.check_parked(timeout=5.0)
     assert not d.force_remark
-    time.sleep(0.03)
-    d.check_parked(timeout=0.01)
+    deadline = time.monotonic() + 5  # until the gate's own clock says the key was stuck too long
+    while not d.force_remark and time.monotonic() < deadline:
+        d.check_parked(timeout=0.01)
     assert d.force_remark

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from pyharvest import Config, Harvest, Limits, OutboxRecord, stasher
 from pyharvest.bindings.sql import create_outbox_table
-from pyharvest.bindings.sql.grants import Grant, component_grants
+from pyharvest.bindings.sql.component_grants import Grant, component_grants
 from pyharvest.errors import MissingGrantError
 from pyharvest.inbox import Inbox, InboxConfig, InboxTables
 from pyharvest.plugins.api import OutboxTable, grant_statements, load_dialect, parse_table_name

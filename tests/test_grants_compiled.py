@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from pyharvest._cli import main as reaper
-from pyharvest.bindings.sql.grants import component_grants
+from pyharvest.bindings.sql.component_grants import component_grants
 from pyharvest.plugins.api import OutboxTable, load_dialect, parse_table_name, privilege_probe
 
 EXPECTED = {

@@ -25,9 +25,10 @@ from tests.helpers.group_fakes import Clients
 from tests.helpers.waiting import wait_until
 
 
-def test_classic_is_the_default_and_consumer_is_chosen_in_yaml_or_the_environment() -> None:
+def test_classic_is_the_default_and_consumer_is_chosen_in_yaml_or_the_environment(tmp_path) -> None:
     assert Config().resolve().group_protocol == "classic"
-    loaded = ReaperConfig.from_yaml("harvest:\n  groupProtocol: consumer\n").harvest.resolve()
+    (tmp_path / "reaper.yaml").write_text("harvest:\n  groupProtocol: consumer\n")
+    loaded = ReaperConfig.load(str(tmp_path / "reaper.yaml")).harvest.resolve()
     assert loaded.group_protocol == "consumer"
     data = apply_env_overrides({"harvest": {}}, {"PYHARVEST_HARVEST__GROUP_PROTOCOL": "consumer"})
     assert ReaperConfig.from_mapping(data).harvest.resolve().group_protocol == "consumer"
@@ -273,3 +274,26 @@ def test_a_session_timeout_in_the_base_config_makes_no_producer_warn(
         r.getMessage() for r in caplog.records if "CONFWARN" in r.getMessage()]
     # 6000 is what heartbeatTimeout 2s gives: honoured as it stands, so nothing is said.
     assert not [r for r in caplog.records if "is not the leader group's session" in r.getMessage()]
+
+
+def test_the_single_leader_assigns_stickily_and_an_instance_id_makes_it_static() -> None:
+    single, _ = leader_client_configs({"bootstrap.servers": "k:9092", "partition.assignment.strategy": "range"},
+                                      "g", 2.0)
+    # range gave the one partition to the member id sorting first: a join took leadership.
+    assert single["partition.assignment.strategy"] == "cooperative-sticky"
+    assert "group.instance.id" not in single
+    static, _ = leader_client_configs({"bootstrap.servers": "k:9092"}, "g", 2.0, instance_id="reaper-0")
+    assert static["group.instance.id"] == "reaper-0"
+    sharded, _ = shard_client_configs({"bootstrap.servers": "k:9092"}, "g", 2.0, instance_id="reaper-1")
+    assert sharded["group.instance.id"] == "reaper-1"
+
+
+def test_instance_id_is_a_valid_kafka_id_and_needs_the_classic_protocol() -> None:
+    assert Config(instance_id=" reaper-0 ").resolve().instance_id == "reaper-0"
+    assert Config.from_mapping({"instanceID": "pod-2"}).instance_id == "pod-2"
+    assert Config().resolve().instance_id == ""  # never derived from the name: namesakes would fence each other
+    with pytest.raises(ConfigError, match=r"instanceID: 'a b' is not a valid Kafka group.instance.id"):
+        Config(instance_id="a b").resolve()
+    # librdkafka's static member leaves a consumer-protocol group only for the session's length.
+    with pytest.raises(ConfigError, match=r"instanceID: static membership needs groupProtocol: classic"):
+        Config(instance_id="reaper-0", group_protocol="consumer").resolve()

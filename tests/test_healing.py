@@ -1,4 +1,4 @@
-"""The heal's policy (pyharvest.core.ports.stuck_clients), on a fake clock: a client is replaced only after
+"""The heal's policy (pyharvest.core.healing.stuck_clients), on a fake clock: a client is replaced only after
 no progress for three group session timeouts, and only while a fresh client fares better."""
 
 from __future__ import annotations
@@ -6,9 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 
-import pytest
-
-from pyharvest.core.ports.stuck_clients import HEAL_AFTER_SESSIONS, ProbeAnswer, ProgressWatch, heal_after
+from pyharvest.core.healing.stuck_clients import HEAL_AFTER_SESSIONS, ProbeAnswer, ProgressWatch, heal_after
 from pyharvest.core.telemetry.client_restarts import restarts
 from tests.helpers.waiting import wait_until
 
@@ -111,25 +109,32 @@ def test_progress_meanwhile_voids_the_verdict():
     assert not watch.stuck()
 
 
-def test_a_probe_that_raises_counts_as_no_answer():
+def test_a_probe_that_raises_counts_as_no_answer(caplog):
     clock = Clock()
+    probed = threading.Event()
 
     def probe(timeout: float) -> ProbeAnswer:
-        raise OSError("unreachable")
+        probed.set()
+        raise OSError("unreachable, says test_a_probe_that_raises")
 
     watch = ProgressWatch("producer", 18.0, probe, clock=clock)
     clock.now += 20
-    assert not watch.stuck()
-    wait_until(lambda: watch.last_probe is not None, 5, "the probe")
-    assert watch.last_probe == ProbeAnswer(False, "OSError: unreachable")
+    with caplog.at_level(logging.INFO, logger="pyharvest"):
+        assert not watch.stuck()
+        wait_until(probed.is_set, 5, "the probe")
+        # the client is kept, and the line says what the probe met
+        wait_until(lambda: any("fares no better (OSError: unreachable, says test_a_probe_that_raises)"
+                               in r.getMessage() for r in caplog.records), 5, "the log line")
     assert not watch.stuck()
 
 
-@pytest.mark.parametrize("progress", [True, False])
-def test_stalled_for(progress):
-    clock = Clock()
-    watch = ProgressWatch("producer", 18.0, Probe(), clock=clock)
-    clock.now += 5
-    if progress:
-        watch.progressed()
-    assert watch.stalled_for == (0 if progress else 5)
+def test_progress_starts_the_clock_again():
+    clock, probe = Clock(), Probe()
+    watch = ProgressWatch("producer", 18.0, probe, clock=clock)
+    clock.now += 10
+    watch.progressed()
+    clock.now += 17.9  # 27.9 s since the watch began, 17.9 s since the progress
+    assert not settle(watch, probe)
+    assert probe.calls == 0
+    clock.now += 0.6
+    assert settle(watch, probe)

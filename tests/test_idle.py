@@ -77,15 +77,17 @@ def test_rows_reset_the_pause():
     assert idle.due_in() == pytest.approx(0.0025)
 
 
-def test_a_wake_up_makes_the_mark_due_now_but_keeps_the_pause_growing():
+def test_a_wake_up_makes_the_mark_due_now_and_ramps_again_if_it_finds_nothing():
     clock = Clock()
     idle = IdleBackoff(0.01, 1.0, clock, idle_after=0.1)
     assert empty_marks(idle, clock, 16)[-1] == 0.16
     idle.wake()
     assert idle.due_in() <= 0
-    # A notification for rows an earlier mark already took: the mark finds nothing.
-    idle.found_nothing()
-    assert idle.due_in() == pytest.approx(0.32)
+    # A wake-up datagram may come just before its rows are visible: the mark finds nothing,
+    # and the next ones follow within milliseconds, as after rows.
+    assert empty_marks(idle, clock, 4) == [0.0025, 0.005, 0.01, 0.01]
+    # Then, nothing coming, the pause grows back to its bound as it does after rows.
+    assert empty_marks(idle, clock, 30)[-1] == 1.0
 
 
 def test_a_bound_below_mark_backoff_means_a_constant_pause():
@@ -156,10 +158,12 @@ def test_an_idle_leader_backs_off_and_records_still_flow():
     db, kafka = FakeBinding(), FakeKafka()
     with engine(db, kafka, mark_backoff=0.01, max_mark_backoff=0.2) as h:
         wait_until(lambda: h.is_leader)
-        time.sleep(1.5)
-        marks = db.marks
-        # Backing off to 0.2 s: about 15 marks in 1.5 s where a constant 10 ms made 150.
-        assert marks < 40
+        wait_until(lambda: h._idle.pause >= 0.2, 10, "the pause to grow to maxMarkBackoff")
+        marks, since = db.marks, time.monotonic()
+        wait_until(lambda: db.marks >= marks + 3, 10, "three more empty marks")
+        # Backed off to 0.2 s: two whole pauses at least between the three marks, where a
+        # constant 10 ms makes them 20 ms apart.
+        assert time.monotonic() - since >= 0.35
         db.insert("data", "k", b"1")
         wait_until(lambda: len(db) == 0)
         assert kafka.cluster.logs["data"] == [("k", b"1")]
@@ -172,14 +176,13 @@ def test_a_notification_wakes_an_idle_leader_long_before_its_pause_ends():
         wait_until(lambda: h.is_leader)
         assert isinstance(db, ChangeFeed)
         assert h.health().change_feed_connected is True
-        time.sleep(1.0)  # long enough for the pause to have grown past a second
         for i in range(3):
+            wait_until(lambda: h._idle.pause >= 1.0, 10, "the pause to grow past a second")
             started = time.monotonic()
             db.insert("data", "k", str(i).encode())
             wait_until(lambda: len(db) == 0, timeout=20)
             # Published on the notification, not after a pause of up to 30 s.
             assert time.monotonic() - started < 10
-            time.sleep(0.3)
         assert [v for _, v in kafka.cluster.logs["data"]] == [b"0", b"1", b"2"]
     assert db.feed_connected is False  # the engine stopped watching when it stopped
 
@@ -188,7 +191,7 @@ def test_without_a_notification_polling_finds_the_record_within_the_bound():
     db, kafka = FeedBinding(notify=False), FakeKafka()
     with engine(db, kafka, mark_backoff=0.01, max_mark_backoff=0.3) as h:
         wait_until(lambda: h.is_leader)
-        time.sleep(1.0)
+        wait_until(lambda: h._idle.pause >= 0.3, 10, "the pause to grow to maxMarkBackoff")
         db.insert("data", "k", b"lost notification")
         wait_until(lambda: len(db) == 0, timeout=20)
         assert kafka.cluster.logs["data"] == [("k", b"lost notification")]

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from pyharvest.bindings.kafka.logs import CollapsingLogger, cause_of
+from pyharvest.bindings.kafka.librdkafka_logs import CollapsingLogger, cause_of
 
 REFUSED = (
     "FAIL [rdkafka#{client}] [thrd:127.0.0.1:9/bootstrap]: 127.0.0.1:9/bootstrap: Connect to ipv4#127.0.0.1:9 "
@@ -79,7 +79,7 @@ def test_the_client_and_librdkafka_own_notes_do_not_make_a_new_cause():
 
 
 def test_the_causes_remembered_are_bounded(collapsing):
-    from pyharvest.bindings.kafka.logs import MAX_CAUSES
+    from pyharvest.bindings.kafka.librdkafka_logs import MAX_CAUSES
 
     logger, clock, caplog = collapsing
     for i in range(MAX_CAUSES * 3):
@@ -87,3 +87,17 @@ def test_the_causes_remembered_are_bounded(collapsing):
         clock.now += 1.0
     assert len(logger._causes) <= MAX_CAUSES
     assert len(lines(caplog)) == MAX_CAUSES * 3  # each logged once, as it came
+
+
+def test_the_fence_s_expected_retry_is_info_and_other_warnings_stay_warnings(caplog):
+    from pyharvest.bindings.kafka.librdkafka_logs import librdkafka_logger
+
+    caplog.set_level(logging.DEBUG, logger="pyharvest.librdkafka")
+    logger = librdkafka_logger()
+    getpid = ("GETPID [rdkafka#producer-7] [thrd:main]: Failed to acquire transactional PID from broker "
+              "TxnCoordinator/1: Broker: Producer attempted to update a transaction while another concurrent "
+              "operation on the same transaction was ongoing: retrying")
+    logger.log(logging.WARNING, getpid)
+    logger.log(logging.WARNING, refused("producer-9"))
+    levels = {r.getMessage()[:6]: r.levelno for r in caplog.records if r.name == "pyharvest.librdkafka"}
+    assert levels["GETPID"] == logging.INFO and levels["FAIL ["] == logging.WARNING

@@ -23,7 +23,7 @@ from pyharvest.core.errors import ConfigError, HarvestError  # noqa: E402
 from pyharvest.core.ports.kafka import DeliveryError  # noqa: E402
 from tests.helpers.engine import fill, make  # noqa: E402
 from tests.helpers.fakes import FakeBinding, FakeKafka  # noqa: E402
-from tests.helpers.ops import LOCAL, get, probe, scrape  # noqa: E402
+from tests.helpers.ops import LOCAL, count_readings, get, probe, scrape  # noqa: E402
 from tests.helpers.waiting import wait_until
 
 # ---------------------------------------------------------------------- on fakes
@@ -95,7 +95,7 @@ def test_parked_records_and_delivery_errors_by_code():
     ops = start_ops_server(h, LOCAL)
     try:
         with h:
-            wait_until(lambda: h.backlog_in_memory == 19, 5)
+            wait_until(lambda: h.parked_records == 19, 5)
             m = scrape(ops)
             assert m["pyharvest_in_flight_records"] == 1 and m["pyharvest_parked_records"] == 19
             kafka.cluster.hold = False
@@ -132,7 +132,11 @@ def test_backlog_gauge_counts_through_the_binding_and_is_absent_without_count():
     ops = start_ops_server(plain, {**LOCAL, "backlogInterval": "20ms"})
     try:
         with plain:
-            time.sleep(0.1)
+            # Two readings of the backlog since the binding was connected: had it a count(),
+            # the gauge would be there by then.
+            wait_until(lambda: plain.is_leader, 10, "the plain harvester to lead")
+            reads = count_readings(ops.backlog)
+            wait_until(lambda: reads[0] >= 2, 10, "two readings of the backlog")
             assert "pyharvest_backlog_records" not in scrape(ops)
     finally:
         ops.stop()

@@ -1,4 +1,4 @@
-"""docs/prometheus/pyharvest-alerts.yml and docs/grafana/pyharvest-dashboard.json: promtool
+"""pyharvest/monitoring/pyharvest-alerts.yml and pyharvest-dashboard.json (their one copy, shipped in the wheel): promtool
 accepts the rules and their unit tests pass (tests/prometheus/alerts_test.yml), the dashboard is
 well formed, and every metric either file uses is served by ``/metrics`` of a real harvester in
 at least one configuration (at least once, exactly once, sharded)."""
@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -18,9 +17,9 @@ import yaml
 from tests.helpers.tools import require_tool
 
 ROOT = Path(__file__).resolve().parent.parent
-RULES = ROOT / "docs" / "prometheus" / "pyharvest-alerts.yml"
+RULES = ROOT / "pyharvest" / "monitoring" / "pyharvest-alerts.yml"
 RULE_TESTS = ROOT / "tests" / "prometheus" / "alerts_test.yml"
-DASHBOARD = ROOT / "docs" / "grafana" / "pyharvest-dashboard.json"
+DASHBOARD = ROOT / "pyharvest" / "monitoring" / "pyharvest-dashboard.json"
 
 _METRIC = re.compile(r"\b(pyharvest_[a-z0-9_]+)")
 
@@ -45,7 +44,7 @@ def test_promtool_accepts_the_rules_and_their_unit_tests_pass():
     promtool = require_tool("promtool", "prometheus")
     checked = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 7 rules found" in checked.stdout
+    assert "SUCCESS: 9 rules found" in checked.stdout
     tested = subprocess.run([promtool, "test", "rules", str(RULE_TESTS)], capture_output=True, text=True, timeout=60,
                             cwd=RULE_TESTS.parent)
     assert tested.returncode == 0, tested.stdout + tested.stderr
@@ -54,7 +53,8 @@ def test_promtool_accepts_the_rules_and_their_unit_tests_pass():
 def test_the_rules_that_must_fire_when_the_reaper_is_gone_use_absent():
     exprs = rule_expressions()
     assert set(exprs) == {"OutboxLagging", "OutboxNoLeader", "OutboxTwoLeaders", "OutboxStalled",
-                          "OutboxDeliveryErrors", "OutboxQuarantined", "OutboxNotReady"}
+                          "OutboxDeliveryErrors", "OutboxQuarantined", "OutboxKeysBlocked", "OutboxNotReady",
+                          "OutboxCleanupHeldBack"}
     assert "absent(pyharvest_leader)" in exprs["OutboxNoLeader"]
     # Two leaders are counted per shard: a sharded deployment's processes each lead shards.
     assert "by (job, shard)" in exprs["OutboxTwoLeaders"]
@@ -80,6 +80,43 @@ def test_the_dashboard_is_well_formed():
     assert len(quantiles) >= 3
 
 
+_AGGREGATION = re.compile(r"\b(sum|max|min|avg|count)\s*(?:by\s*\(([^)]*)\))?\s*\(")
+
+
+def test_every_dashboard_query_splits_by_job():
+    # With several jobs chosen, a line per job: a latency summed over jobs hides the slow one.
+    for expr in dashboard_expressions():
+        if "label_values" in expr:
+            continue
+        for aggregation, labels in _AGGREGATION.findall(expr):
+            assert "job" in [label.strip() for label in labels.split(",")], f"{aggregation} without job: {expr}"
+    dashboard = json.loads(DASHBOARD.read_text())
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", ()):
+            assert "{{job}}" in target["legendFormat"] or "{{instance}}" in target["legendFormat"], panel["title"]
+
+
+def test_reaper_monitoring_export_writes_the_packages_files(tmp_path):
+    from tests.helpers.cli import assert_one_line_error, reaper
+
+    out = tmp_path / "monitoring"
+    done = reaper("monitoring", "export", str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(out / RULES.name), str(out / DASHBOARD.name)]
+    assert (out / RULES.name).read_bytes() == RULES.read_bytes()
+    assert (out / DASHBOARD.name).read_bytes() == DASHBOARD.read_bytes()
+    (out / DASHBOARD.name).write_text("{}")  # edited in place: not overwritten unasked
+    assert_one_line_error(reaper("monitoring", "export", str(out)), "already there", "--overwrite")
+    assert (out / DASHBOARD.name).read_text() == "{}"
+    assert reaper("monitoring", "export", str(out), "--overwrite").returncode == 0
+    assert (out / DASHBOARD.name).read_bytes() == DASHBOARD.read_bytes()
+
+
+def test_the_docs_have_no_copy_of_the_monitoring_files():
+    # One copy: the package's. The docs site publishes it (docs/hooks.py).
+    assert not list((ROOT / "docs").rglob(RULES.name)) and not list((ROOT / "docs").rglob(DASHBOARD.name))
+
+
 # ---------------------------------------------------------------------- served by a real harvester
 
 SMALL_LIMIT = 20_000
@@ -89,7 +126,7 @@ def _served(kafka_config: dict, url: str, table: str, **settings: object) -> set
     """Sample and family names a harvester of these settings serves once it has published."""
     from pyharvest import Config, Harvest, Limits, OutboxRecord, stasher
     from pyharvest.bindings.ops import start_ops_server
-    from tests.helpers.ops import LOCAL, families
+    from tests.helpers.ops import LOCAL, count_readings, families
     from tests.helpers.waiting import wait_until
 
     topic = f"served-{uuid.uuid4().hex[:8]}"
@@ -113,6 +150,8 @@ def _served(kafka_config: dict, url: str, table: str, **settings: object) -> set
     harvest = Harvest(cfg)
     ops = start_ops_server(harvest, {**LOCAL, "ageInterval": "100ms", "backlogInterval": "100ms"})
     assert ops is not None
+    assert ops.backlog is not None and ops.watch is not None
+    backlog_reads, watch_reads = count_readings(ops.backlog), count_readings(ops.watch)
 
     def scrape() -> tuple[set[str], dict[str, float]]:
         served = families(ops)
@@ -130,7 +169,10 @@ def _served(kafka_config: dict, url: str, table: str, **settings: object) -> set
                         and values.get("pyharvest_broker_connected") == 1)  # librdkafka's statistics: every second
 
             wait_until(published, 90, f"a harvester with {settings} to publish")
-            time.sleep(0.3)  # one more read of the age and the backlog after the drain
+            # One more read of the age and the backlog after the drain, however long it takes.
+            reads = backlog_reads[0], watch_reads[0]
+            wait_until(lambda: backlog_reads[0] > reads[0] and watch_reads[0] > reads[1], 30,
+                       "one more read of the age and the backlog")
             return scrape()[0]
     finally:
         ops.stop()
@@ -156,7 +198,9 @@ def test_every_metric_the_dashboard_and_the_rules_use_is_served(tmp_path, kafka_
     everywhere = set().union(*served.values())
     used = used_metric_names()
     assert len(used) >= 20, used
-    missing = sorted(used - everywhere)
+    # Served where the database says who holds its clean-up back (PostgreSQL, MariaDB, MySQL;
+    # not SQLite): tests/test_cleanup_horizon.py scrapes it from a real one.
+    missing = sorted(used - everywhere - {"pyharvest_cleanup_horizon_age_seconds"})
     assert not missing, f"used by the dashboard or the rules, served by no configuration: {missing}"
     # Per shard, for OutboxNoLeader and OutboxTwoLeaders; latency as a histogram.
     assert {"pyharvest_leader", "pyharvest_publish_latency_seconds_bucket"} <= served["sharded"]

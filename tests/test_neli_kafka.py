@@ -14,6 +14,7 @@ from pyharvest.core.engine.harvest import HarvestEngine
 from pyharvest.core.ports.kafka import TopicError
 from pyharvest.core.telemetry.events import LeaderAcquired, LeaderRevoked
 from tests.helpers.fakes import FakeBinding
+from tests.helpers.groups import settled
 from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
@@ -43,7 +44,9 @@ def test_exactly_one_leader_and_takeover_on_graceful_stop(kafka_config, group_pr
     try:
         wait_until(lambda: h1.is_leader)
         h2.start()
-        time.sleep(8)  # let the group settle with two members
+        wait_until(settled(kafka_config, group, 2), 60, "the leader group to settle with two members")
+        # The leader hears of the assignment at its next poll: then there is exactly one.
+        wait_until(lambda: h1.is_leader or h2.is_leader, 30, "a leader")
         assert [h1.is_leader, h2.is_leader].count(True) == 1
         leader, standby = (h1, h2) if h1.is_leader else (h2, h1)
         leader.stop()

@@ -88,8 +88,15 @@ def test_probes_answer_at_once_while_the_database_is_black_holed(  # type: ignor
         try:
             # Every answer comes within ANSWER_WITHIN (answer() fails otherwise), while the
             # database swallows every byte; readiness turns to 503 once a ping goes unanswered.
-            # The server pings on its own timer: the first probe two intervals later knows.
-            time.sleep(2 * PING_INTERVAL + 1.0)  # and a second of slack for a loaded machine
+            # The server pings on its own timer: the first probe once a timer's ping has gone
+            # unanswered for the probe's timeout knows (waited for without a probe).
+            database = _h.runner._database_probe  # type: ignore[union-attr]
+
+            def unanswered() -> bool:
+                since = database._pinging_since
+                return since is not None and time.monotonic() - since > database.timeout
+
+            wait_until(unanswered, 2 * PING_INTERVAL + 30, "a timer's ping to go unanswered")
             status, body = readyz(ops)
             assert status == 503 and body["status"] == "not ready" and body["down"] == ["database"]
             assert "has not answered" in body["errors"]["database"]

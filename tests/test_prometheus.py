@@ -22,7 +22,7 @@ from tests.helpers.tools import free_port, require_tool
 from tests.helpers.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
-RULES = ROOT / "docs" / "prometheus" / "pyharvest-alerts.yml"
+RULES = ROOT / "pyharvest" / "monitoring" / "pyharvest-alerts.yml"
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
@@ -116,7 +116,7 @@ def test_prometheus_answers_the_lag_query_and_fires_no_leader_when_the_reaper_st
         prometheus = Prometheus(tmp_path, target, shortened_rules(tmp_path))
         wait_until(prometheus.ready, 60, "Prometheus to be ready")
         rules = get_json(prometheus.url + "/api/v1/rules")["data"]["groups"][0]["rules"]
-        assert len(rules) == 7 and {r["health"] for r in rules} <= {"ok", "unknown"}, rules
+        assert len(rules) == 9 and {r["health"] for r in rules} <= {"ok", "unknown"}, rules
 
         # The lag query of the dashboard and OutboxLagging answers with the reaper's age.
         lag = 'max by (job) (pyharvest_oldest_record_age_seconds{job=~"reaper"})'

@@ -18,8 +18,8 @@ from pyharvest.errors import ConfigError
 
 # What help(pyharvest) lists under PACKAGE CONTENTS, besides pyharvest.core, .bindings and
 # .plugins (separate source folders, inside the package only once installed from a wheel).
-PUBLIC_MODULES = {"alembic", "django", "envconfig", "errors", "events", "inbox", "stasher", "testing", "tracing",
-                  "verify"}
+PUBLIC_MODULES = {"alembic", "django", "envconfig", "errors", "events", "inbox", "monitoring", "stasher", "testing",
+                  "tracing", "verify"}
 # The modules whose names an application imports (Django's needs Django configured).
 FACADES = ["pyharvest", *(f"pyharvest.{m}" for m in sorted(PUBLIC_MODULES - {"django", "alembic", "testing"}))]
 
@@ -84,15 +84,27 @@ def test_the_choices_are_str_enums_that_take_the_yaml_strings():
 
 def test_any_function_of_an_event_is_an_event_handler():
     from pyharvest import Harvest
-    from pyharvest.events import Event, EventHandler
+    from pyharvest.events import Event, EventHandler, LeaderAcquired, LeaderRevoked
+    from tests.helpers.engine import make
+    from tests.helpers.fakes import FakeBinding, FakeKafka
+    from tests.helpers.waiting import wait_until
 
+    by_function: list[object] = []
     seen: list[object] = []
 
     def on_event(event: Event) -> None:
-        seen.append(event)
+        by_function.append(event)
 
     handler: EventHandler = on_event  # a plain function fits the protocol (mypy checks it)
     Harvest(Config(data_source="sqlite://"), on_event=handler).set_event_handler(seen.append)
+    # Both kinds are called with the events: the function given at construction, then a bound
+    # method set while running, in its place.
+    db = FakeBinding()
+    with Harvest(make(db, FakeKafka()).config, binding=db, kafka=FakeKafka(), on_event=handler) as h:
+        wait_until(lambda: any(isinstance(e, LeaderAcquired) for e in by_function), what="the leader event")
+        h.set_event_handler(seen.append)
+    assert any(isinstance(e, LeaderRevoked) for e in seen)
+    assert not any(isinstance(e, LeaderRevoked) for e in by_function)
 
 
 def test_package_contents_are_the_public_modules_and_private_ones():

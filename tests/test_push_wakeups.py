@@ -21,6 +21,7 @@ from pyharvest.stasher.notify import wake_harvester
 from tests.helpers.fixtures.databases import server_url, unique_table
 from tests.helpers.topics import create_topic, read_topic
 from tests.helpers.waiting import wait_until
+from tests.helpers.wakeups import harvester, idle, lead_and_idle, outbox_on, stash_one
 
 pytestmark = pytest.mark.kafka
 
@@ -35,36 +36,8 @@ def pg_url() -> str:
 
 @pytest.fixture
 def pg_table(pg_url: str) -> Iterator[str]:
-    name = unique_table()
-    create_outbox_table(pg_url, name)
-    yield name
-    engine = sa.create_engine(pg_url)
-    with engine.begin() as c:
-        c.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
-    engine.dispose()
-
-
-def harvester(kafka_config: dict[str, object], url: str, table: str, max_mark_backoff: float) -> Harvest:
-    return Harvest(Config(
-        base_kafka_config=dict(kafka_config),
-        leader_group_id=f"push-{uuid.uuid4().hex[:8]}",
-        data_source=url,
-        outbox_table=table,
-        limits=Limits(heartbeat_timeout=2.0, min_poll_interval=0.05, mark_backoff=0.01,
-                      max_mark_backoff=max_mark_backoff),
-    ))
-
-
-def lead_and_idle(h: Harvest) -> None:
-    """Wait until ``h`` leads and its pause between empty marks has grown past a second."""
-    wait_until(lambda: h.is_leader)
-    time.sleep(2.0)
-
-
-def stash_one(engine: sa.Engine, table: str, topic: str, value: bytes) -> float:
-    with engine.begin() as tx:
-        stasher.Stasher(table).stash(tx, OutboxRecord(topic, "k", value))
-    return time.monotonic()
+    with outbox_on(pg_url) as name:
+        yield name
 
 
 def published_within(h: Harvest, count: int, since: float, timeout: float) -> float:
@@ -72,7 +45,9 @@ def published_within(h: Harvest, count: int, since: float, timeout: float) -> fl
     return time.monotonic() - since
 
 
-def test_a_stashed_record_wakes_an_idle_harvester(kafka_config, kafka_bootstrap, topic_name, pg_url, pg_table):
+def test_a_stashed_record_wakes_an_idle_harvester(kafka_config, kafka_bootstrap, topic_name, pg_url, pg_table,
+                                                  monkeypatch):
+    monkeypatch.setattr(notify, "NOTIFY_INTERVAL", 0.0)  # each record notifies, however soon after the last
     create_topic(kafka_bootstrap, topic_name, 1)
     writer = sa.create_engine(pg_url)
     try:
@@ -82,10 +57,11 @@ def test_a_stashed_record_wakes_an_idle_harvester(kafka_config, kafka_bootstrap,
             for i in range(3):
                 took = published_within(h, i + 1, stash_one(writer, pg_table, topic_name, b"%d" % i), LONG_PAUSE / 2)
                 assert took < LONG_PAUSE / 3
-                time.sleep(0.5)  # past the stasher's notify interval: each record notifies
             marks = h.metrics.marks
-            time.sleep(1.0)
-            assert h.metrics.marks - marks <= 2  # idle again: the pause grows from 10 ms
+            # Idle again: the pause grows from 10 ms past a second, in a few marks (about 12 in
+            # the first 0.1 s, then one per doubling), not 100 a second.
+            wait_until(lambda: idle(h), 30, "the pause between empty marks to grow again")
+            assert h.metrics.marks - marks <= 30
     finally:
         writer.dispose()
     assert [m[2] for m in read_topic(kafka_bootstrap, topic_name, 3)] == [b"0", b"1", b"2"]
@@ -151,7 +127,7 @@ def test_the_listen_connection_is_reported_and_reconnects(kafka_config, kafka_bo
                 assert probe(ops, "/readyz")[1]["change_feed_connected"] is True
                 (new_pid,) = listen_backends(admin, pg_table)
                 assert new_pid != pid
-                time.sleep(2.0)  # idle again, its pause long
+                wait_until(lambda: idle(h), 30, "the pause between empty marks to grow again")
                 took = published_within(h, 1, stash_one(admin, pg_table, topic_name, b"after"), LONG_PAUSE / 2)
                 assert took < LONG_PAUSE / 3
             finally:
@@ -183,7 +159,8 @@ def test_a_transaction_notifies_at_most_once_and_only_after_a_quiet_spell(pg_url
             wake_harvester(c, table, interval=0)
             c.rollback()
         assert notifications() == 0
-        time.sleep(1.1)
+        # A quiet spell: the last stash's time, as the stasher noted it, moved back past the interval.
+        notify._last[engine][table] -= 1.1
         for _ in range(5):  # a busy writer: only the first transaction, after a quiet spell, notifies
             with engine.begin() as tx:
                 for _ in range(3):
@@ -215,9 +192,10 @@ def test_other_databases_back_off_when_idle_and_records_still_flow(
         with harvester(kafka_config, url, table, 0.5) as h:
             lead_and_idle(h)
             assert h.health().change_feed_connected is None
-            marks = h.metrics.marks
-            time.sleep(2.0)
-            assert h.metrics.marks - marks <= 6  # about 4 at a 0.5 s pause, not 200 at 10 ms
+            marks, since = h.metrics.marks, time.monotonic()
+            wait_until(lambda: h.metrics.marks >= marks + 4, 30, "four more empty marks")
+            # Three whole pauses at least between the four: 1.5 s at a 0.5 s pause, not 30 ms at 10 ms.
+            assert time.monotonic() - since >= 1.4
             published_within(h, 1, stash_one(writer, table, topic_name, b"polled"), 20)
     finally:
         with writer.begin() as c:
@@ -225,9 +203,11 @@ def test_other_databases_back_off_when_idle_and_records_still_flow(
         writer.dispose()
 
 
-def test_the_shards_of_an_outbox_share_one_listening_connection(kafka_config, kafka_bootstrap, topic_name, pg_url):
+def test_the_shards_of_an_outbox_share_one_listening_connection(kafka_config, kafka_bootstrap, topic_name, pg_url,
+                                                                monkeypatch):
     from pyharvest import Harvest
 
+    monkeypatch.setattr(notify, "NOTIFY_INTERVAL", 0.0)  # each transaction notifies, however soon after the last
     table = unique_table()
     create_outbox_table(pg_url, table, shards=2)
     create_topic(kafka_bootstrap, topic_name, 2)
@@ -240,14 +220,13 @@ def test_the_shards_of_an_outbox_share_one_listening_connection(kafka_config, ka
     try:
         with Harvest(config) as h:
             wait_until(lambda: len(h.leading_shards) == 2)
-            time.sleep(2.0)  # both shards idle, their pauses long
+            wait_until(lambda: idle(h), 30, "both shards' pauses between empty marks to grow")
             assert h.health().change_feed_connected is True
             assert len(listen_backends(writer, table)) == 1
             started = time.monotonic()
             for key in ("a", "b", "c", "d"):  # keys of both shards
                 with writer.begin() as tx:
                     stasher.Stasher(table).stash(tx, OutboxRecord(topic_name, key, b"v"))
-                time.sleep(0.1)  # a quiet spell: each transaction notifies
             wait_until(lambda: sum(e.metrics.records_purged for e in h.engines.values()) == 4, LONG_PAUSE / 2)
             assert time.monotonic() - started < LONG_PAUSE / 3
     finally:

@@ -169,7 +169,9 @@ def test_poison_key_is_quarantined_others_flow_and_discard_or_replay_resume_in_o
     # The operator raises the limit and replays bad-b: its poison record goes first, then the rest.
     second = Harvest(poison_config(kafka_config, database_url, table_name, group, policy="quarantine", small=False))
     with second:
-        time.sleep(1)
+        # Leading and marking (the parked keys' rows left out): had they not been parked
+        # across the restart, these marks would have taken them.
+        wait_until(lambda: second.is_leader and second.metrics.marks >= 3, 60, "the second harvester to mark")
         assert outbox_count(database_url, table_name) == 3  # still parked across restarts
         assert reaper(["quarantine", "replay", *cli, "--key", "bad-b"]) == 0
         wait_until(lambda: outbox_count(database_url, table_name) == 0, 60, "bad-b to drain after the replay")
@@ -214,9 +216,9 @@ def test_block_policy_retries_with_backoff_and_nothing_overtakes_the_poison_reco
         assert gaps[3] > gaps[0], f"no growing backoff between attempts: {gaps}"
         assert sum(v for k, v in h.metrics.delivery_errors.items() if "SIZE" in k) >= 5
         assert h.metrics.records_quarantined == 0
-    # With the limit raised, the blocked key drains in order.
+    # With the limit raised, the parked key drains in order.
     with Harvest(poison_config(kafka_config, database_url, table_name, group, policy="block", small=False)):
-        wait_until(lambda: outbox_count(database_url, table_name) == 0, 60, "the blocked key to drain")
+        wait_until(lambda: outbox_count(database_url, table_name) == 0, 60, "the parked key to drain")
     report = verify_topic(kafka_bootstrap, topic_name, [(r.key, r.value) for r in records], timeout=30)
     assert report.ok, str(report)
 

@@ -156,11 +156,13 @@ def single_leader(partitions: int = 1):
     return neli, clients, clock, statuses
 
 
-def test_the_single_leader_is_the_one_shard_group_and_keeps_the_eager_protocol() -> None:
+def test_the_single_leader_is_the_one_shard_group_and_assigns_stickily() -> None:
     neli, clients, clock, statuses = single_leader()
     neli.start()
-    # Old single-leader reapers use the default (eager) assignment: a rolling upgrade mixes both.
-    assert "partition.assignment.strategy" not in clients.consumer.config
+    # The eager assignor gave the one partition to whichever member id sorted first: a member
+    # joining took leadership from a healthy leader (issue 49).
+    assert clients.consumer.config["partition.assignment.strategy"] == "cooperative-sticky"
+    assert "group.instance.id" not in clients.consumer.config  # dynamic unless instance_id is given
     assert neli.poll_due() == 0  # the first poll is not held back
     clients.consumer.to_assign = [0]
     assert neli.pulse() and statuses == [LeaderStatus.ACQUIRED]
@@ -221,6 +223,8 @@ def test_readyz_says_why_when_the_broker_answers_but_refuses_the_heartbeats() ->
 
     class Harvester:
         state = State.RUNNING
+        blocked_keys = ()
+        blocked_key_count = 0
 
         def health(self) -> Health:
             return Health(running=True, leader=False, broker_connected=True, database_connected=True, broker_error=why)
@@ -266,3 +270,30 @@ def test_a_table_and_a_leader_topic_both_made_for_other_shards_are_reported_toge
     alone = ShardedHarvestEngine(config, binding=UnreadyTable(), kafka=Clients(3))  # type: ignore[arg-type]
     with pytest.raises(BindingError, match=r"^outbox table 'outbox' has no index for 3 shards"):
         alone.start()
+
+
+def test_a_static_member_leads_its_first_assignment_once_a_namesake_has_been_fenced() -> None:
+    # A second live process with the same instance id takes the shards at once; the older one
+    # hears it is fenced at its next group heartbeat (a fifteenth of the session: 1 s for a
+    # 5 s heartbeat timeout). The newcomer waits two of those, and a poll, before leading.
+    clients, clock = Clients(1), Clock()
+    statuses: list[LeaderStatus] = []
+    neli = Neli(clients, {}, "app.neli", "app", "me", heartbeat_timeout=5.0, min_poll_interval=0.01,
+                poll_duration=0.0, on_status=statuses.append, clock=clock, instance_id="reaper-0")
+    neli.start()
+    assert clients.consumer.config["group.instance.id"] == "reaper-0"
+    clients.consumer.to_assign = [0]
+    clients.consumer.returned = [0]  # a heartbeat coming back does not cut the wait short
+    assert not neli.pulse() and statuses == []
+    clock.now += 1.5
+    clients.consumer.returned = [0]
+    assert not neli.pulse()
+    clock.now += 0.52
+    assert neli.pulse() and statuses == [LeaderStatus.ACQUIRED]
+    # Later assignments come through rebalances (the giver quiesced first): led at once.
+    clients.consumer.to_revoke = [0]
+    clock.now += 0.02
+    assert not neli.pulse() and statuses[-1] is LeaderStatus.REVOKED
+    clients.consumer.to_assign = [0]
+    clock.now += 0.02
+    assert neli.pulse() and statuses[-1] is LeaderStatus.ACQUIRED

@@ -4,13 +4,13 @@ engine's own threads and on the group's (a revocation), on a real database and b
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 
 import pytest
 
 from pyharvest import Config, Harvest, Limits
 from pyharvest.bindings.sql import create_outbox_table
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -26,10 +26,7 @@ def test_every_engine_line_names_its_shard(kafka_config, database_url, table_nam
         limits=Limits(heartbeat_timeout=2.0, min_poll_interval=0.05),
     ))
     with harvest:
-        deadline = time.monotonic() + 60
-        while harvest.leading_shards != list(range(SHARDS)):
-            assert time.monotonic() < deadline, "the shards were never led"
-            time.sleep(0.05)
+        wait_until(lambda: harvest.leading_shards == list(range(SHARDS)), 60, "every shard led", interval=0.05)
     engine_lines = [r.getMessage() for r in caplog.records if r.name == "pyharvest.harvest"]
     for shard in range(SHARDS):
         mine = [line for line in engine_lines if line.startswith(f"[shard {shard}] ")]

@@ -4,7 +4,6 @@ of them, and when one stops its shards move to the other without losing or reord
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
@@ -80,6 +79,12 @@ def test_two_harvesters_share_the_shards_and_one_takes_over(
     assert {shard_of(k, SHARDS) for k in expected} == set(range(SHARDS))
 
 
+def published_by_each(harvest: Harvest, records: int) -> bool:
+    """Whether every shard this process leads has published ``records`` records."""
+    engines = harvest.engines
+    return all(engines[s].metrics.records_published >= records for s in harvest.leading_shards)
+
+
 def test_changing_the_number_of_shards_keeps_order(kafka_config, kafka_bootstrap, database_url, table_name, topic_name):
     """The documented procedure: stop every harvester, prepare the table and the leader topic
     for the new number, start again. Keys move to other shards; their order does not change."""
@@ -95,9 +100,10 @@ def test_changing_the_number_of_shards_keeps_order(kafka_config, kafka_bootstrap
         two.shards = 2
         with Harvest(two) as harvest:
             wait_until(lambda: harvest.leading_shards == [0, 1], 60, "two shards led")
-            time.sleep(2)
+            wait_until(lambda: published_by_each(harvest, 100), 60, "100 records published by each of two shards")
         # 1. every harvester is stopped (mid-stream: the writer goes on)
-        time.sleep(1)
+        written = len(writer.expected)
+        wait_until(lambda: len(writer.expected) >= written + 200, 60, "the writer to go on")
         three = sharded_config(kafka_config, database_url, table_name, group)
         three.shards = 3
         # Started before either is changed: both are reported at once.
@@ -112,7 +118,7 @@ def test_changing_the_number_of_shards_keeps_order(kafka_config, kafka_bootstrap
         # 4. start with the new number
         with Harvest(three) as harvest:
             wait_until(lambda: harvest.leading_shards == [0, 1, 2], 60, "three shards led")
-            time.sleep(2)
+            wait_until(lambda: published_by_each(harvest, 100), 60, "100 records published by each of three shards")
             writer.stop()
             wait_empty(database_url, table_name)
     finally:

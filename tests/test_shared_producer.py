@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from pyharvest.core.delivery.shared_producer import ProducerHandle, ShardKafkaClients, SharedProducer
+from pyharvest.core.publishing.shared_producer import ProducerHandle, ShardKafkaClients, SharedProducer
 from pyharvest.core.ports.kafka import DeliveryError, KafkaConfigMap
 from tests.helpers.fakes import FakeKafka, FakeProducer
 from tests.helpers.waiting import wait_until
@@ -66,7 +66,8 @@ def test_a_shards_poll_returns_when_reports_arrive_not_at_its_timeout() -> None:
         assert handle.poll(0.05) == 0 and not got  # held: nothing served, the wait ran out
 
         def release() -> None:
-            time.sleep(0.1)
+            # Once the shard's poll waits for its reports (a waiter on its Event's condition).
+            wait_until(lambda: handle.arrived._cond._waiters, 10, "the shard's poll to wait")  # type: ignore[attr-defined]
             kafka.cluster.hold = False
 
         threading.Thread(target=release).start()

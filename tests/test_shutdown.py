@@ -14,7 +14,7 @@ import yaml
 
 from pyharvest.bindings.sql import create_outbox_table
 from tests.helpers.faults.kafka import proxied_broker
-from tests.helpers.outbox import Writer, outbox_count
+from tests.helpers.outbox import Writer, marked_count, outbox_count
 from tests.helpers.reapers import Reaper, check_topic
 from tests.helpers.topics import create_topic
 from tests.helpers.waiting import wait_until
@@ -51,7 +51,7 @@ def test_sigterm_with_thousands_in_flight_exits_in_time_and_the_next_run_drains(
             wait_until(first.is_leader, 60, "the first reaper to lead")
             proxy.set_latency(0.5)  # acknowledgements crawl: the window stays full
             wait_until(lambda: outbox_count(database_url, table_name) < 10_000, 30, "some records to be acknowledged")
-            time.sleep(1)
+            wait_until(lambda: marked_count(database_url, table_name) >= 2000, 30, "thousands of records in flight")
             started = time.monotonic()
             first.signal(signal.SIGTERM)
             code = first.wait(SHUTDOWN_TIMEOUT + MARGIN + 10)
@@ -60,6 +60,10 @@ def test_sigterm_with_thousands_in_flight_exits_in_time_and_the_next_run_drains(
             assert code == 0, log[-3000:]
             assert took <= SHUTDOWN_TIMEOUT + MARGIN, f"took {took:.1f}s to stop"
             assert "stopped" in log
+            # One short start-up line; the whole configuration only at DEBUG (issue 49).
+            (starting,) = [line for line in log.splitlines() if "starting: outbox" in line]
+            assert len(starting) < 300 and f"outbox {table_name!r}" in starting and "1 shard," in starting, starting
+            assert "reaper configuration" not in log and "limits=" not in log
             left = outbox_count(database_url, table_name)
             print(f"stopped in {took:.1f}s with {left} records left for the next leader")
             proxy.set_latency(0)

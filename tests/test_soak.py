@@ -36,7 +36,7 @@ from pyharvest.bindings.sql import create_outbox_table
 from tests.helpers.faults.kafka import proxied_broker
 from tests.helpers.fixtures.kafka import on_embedded_broker
 from tests.helpers.outbox import Writer, outbox_count
-from tests.helpers.reapers import Reaper, stop_all
+from tests.helpers.reapers import Reaper, pause_at_random, stop_all
 from tests.helpers.topics import create_topic
 from tests.helpers.waiting import wait_until
 
@@ -79,7 +79,7 @@ def _soak(dialect: str, url: str, table: str, topic: str, tmp_path, seconds: flo
             wait_until(lambda: any(r.is_leader() for r in reapers), 60, "a first leader")
             end = time.monotonic() + seconds
             while time.monotonic() < end:
-                time.sleep(rnd.uniform(3, 5))
+                pause_at_random(rnd, 3, 5)
                 action = rnd.choice(("SIGKILL", "SIGTERM", "cut"))
                 leaders = [r for r in reapers if r.is_leader()]
                 if action == "cut" or not leaders:

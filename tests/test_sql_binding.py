@@ -156,10 +156,13 @@ def test_postgresql_mark_walks_the_primary_key(pg_url: str, table_name: str) -> 
             stmt = binding.marker.statement(100)  # type: ignore[attr-defined]
             sql = str(stmt.compile(dialect=c.dialect, compile_kwargs={"render_postcompile": True}))
             plan = "\n".join(
-                r[0] for r in c.exec_driver_sql("EXPLAIN " + sql, {"leader_id": str(uuid.uuid4())})
+                r[0] for r in c.exec_driver_sql("EXPLAIN " + sql, {"leader_id": str(uuid.uuid4()), "after": 10_000})
             )
         assert f"Index Scan using {table_name}_pkey" in plan, plan
         assert "Seq Scan" not in plan, plan
+        # The key-set cursor's start bounds the index walk itself (it starts there), not a
+        # filter over rows walked from the lowest id.
+        assert any("Index Cond" in line and "id >" in line for line in plan.splitlines()), plan
         # The binding's connections never use server-side prepared statements.
         if binding.engine.dialect.driver == "psycopg":
             with binding.engine.connect() as c:

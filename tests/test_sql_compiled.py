@@ -24,10 +24,10 @@ def compiled(stmt: sa.ClauseElement, dialect: sa.Dialect) -> str:
 
 def binding_statements(name: str, table: str = "outbox") -> tuple[str, str, sa.Dialect]:
     """Purge and reset as the binding builds them, compiled for the dialect (no engine needed)."""
-    plugin = load_dialect(name)
+    dialect = load_dialect(name)
     outbox = OutboxTable.build(parse_table_name(table))
     b = SqlBinding.__new__(SqlBinding)
-    SqlBinding.__init__(b, sa.create_engine("sqlite://"), outbox, plugin, marker=TransactionalMark(MarkQuery(outbox)))
+    SqlBinding.__init__(b, sa.create_engine("sqlite://"), outbox, dialect, marker=TransactionalMark(MarkQuery(outbox)))
     d = {"mssql": mssql.dialect(), "oracle": oracle.dialect(), "postgresql": postgresql.dialect()}[name]
     out = (compiled(b._purge, d), compiled(b._reset, d), d)
     b.dispose()
@@ -51,7 +51,7 @@ class TestSqlServer:
             "inserted.kafka_topic, inserted.kafka_key, inserted.kafka_value, inserted.kafka_headers, "
             "inserted.leader_id WHERE dbo.[order].id IN (SELECT TOP __[POSTCOMPILE_param_1] oldest.id "
             "FROM dbo.[order] AS oldest WITH (UPDLOCK, ROWLOCK) "
-            "WHERE oldest.leader_id IS NULL OR oldest.leader_id != :leader_id ORDER BY oldest.id)"
+            "WHERE oldest.id > :after AND (oldest.leader_id IS NULL OR oldest.leader_id != :leader_id) ORDER BY oldest.id)"
         )
         assert "READPAST" not in sql  # never skip a locked (older) row
 
@@ -59,7 +59,7 @@ class TestSqlServer:
         # The bug this closes: the hand-written mark ignored poisonPolicy: quarantine.
         (sql,) = mark_statements("mssql", quarantined("dbo.order"), 100, mssql.dialect())
         assert (
-            "WHERE (oldest.leader_id IS NULL OR oldest.leader_id != :leader_id) AND NOT (EXISTS (SELECT * "
+            "WHERE oldest.id > :after AND (oldest.leader_id IS NULL OR oldest.leader_id != :leader_id) AND NOT (EXISTS (SELECT * "
             "FROM dbo.order_quarantine WHERE dbo.order_quarantine.kafka_key = oldest.kafka_key)) ORDER BY oldest.id)"
         ) in sql
 
@@ -97,7 +97,8 @@ class TestOracle:
         update, read_back = mark_statements("oracle", OutboxTable.build(parse_table_name("app.outbox")), 50, oracle.dialect())
         assert update == (
             "UPDATE app.outbox SET leader_id=:leader_id WHERE app.outbox.id IN (SELECT app.outbox.id FROM app.outbox "
-            "WHERE app.outbox.leader_id IS NULL OR app.outbox.leader_id != :leader_id ORDER BY app.outbox.id "
+            "WHERE app.outbox.id > :after AND (app.outbox.leader_id IS NULL OR app.outbox.leader_id != :leader_id) "
+            "ORDER BY app.outbox.id "
             "FETCH FIRST 50 ROWS ONLY) RETURNING app.outbox.id INTO :ret_0"
         )
         assert read_back.startswith("SELECT app.outbox.id, app.outbox.create_time, app.outbox.kafka_topic")
@@ -156,7 +157,7 @@ class TestReturningAndGenericMarks:
         outbox = OutboxTable.build(parse_table_name("outbox"))
         sql = compiled(TransactionalMark(MarkQuery(outbox)).statements(10)[0], mysql.dialect())
         assert sql == (
-            "SELECT outbox.id FROM outbox WHERE outbox.leader_id IS NULL OR outbox.leader_id != %s "
+            "SELECT outbox.id FROM outbox WHERE outbox.id > %s AND (outbox.leader_id IS NULL OR outbox.leader_id != %s) "
             "ORDER BY outbox.id LIMIT 10 FOR UPDATE"
         )
 

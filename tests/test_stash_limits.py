@@ -13,6 +13,7 @@ from pyharvest.errors import KeyTooLongError, OutboxTableMissingError, RecordToo
 from pyharvest.plugins.api import KEY_LENGTH
 from pyharvest.stasher import Stasher
 from pyharvest.stasher.errors import DEFAULT_MAX_RECORD_BYTES, PRODUCER_MESSAGE_MAX_BYTES
+from tests.helpers.waiting import wait_until
 
 
 @pytest.fixture
@@ -121,7 +122,6 @@ def test_the_largest_record_the_stasher_accepts_by_default_is_published_by_defau
 ) -> None:
     """The stasher's default limit and the harvester's producer's default agree: what one
     accepts, the other publishes (it used to be stashed, then retried forever)."""
-    import time
     import uuid
 
     from pyharvest import Config, Harvest, Limits
@@ -143,10 +143,7 @@ def test_the_largest_record_the_stasher_accepts_by_default_is_published_by_defau
         limits=Limits(heartbeat_timeout=2.0, min_poll_interval=0.05),
     )
     with Harvest(config) as harvest:
-        deadline = time.monotonic() + 60
-        while rows(engine, table):
-            assert time.monotonic() < deadline, "the largest record was never published"
-            time.sleep(0.2)
+        wait_until(lambda: not rows(engine, table), 60, "the largest record to be published", interval=0.2)
     assert harvest.metrics.delivery_errors == {}
     values = [v for _p, _k, v, _h in read_topic(kafka_bootstrap, topic_name, expect=2)]
     assert values[0] == largest.value and values[-1] == b"after"

@@ -12,6 +12,7 @@ from pyharvest.bindings.sql import create_binding, create_outbox_table
 from pyharvest.core.errors import ConfigError
 from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
 from pyharvest.stasher import Stasher, stash
+from tests.helpers.stash_counts import CountedText, counting
 
 
 @pytest.fixture
@@ -71,7 +72,7 @@ def test_stashed_columns_are_what_the_encoder_writes() -> None:
     record = OutboxRecord("t", "k", b"v", (("h", "v"),))
     for layout in (NATIVE, GOHARVEST):
         table = OutboxTable.build(parse_table_name("outbox"), layout)
-        assert set(table.encode(record, table.now())) == set(table.stashed_columns)
+        assert set(table.encode(record, table.now(), record.value)) == set(table.stashed_columns)
 
 
 def _records(n: int, key: str = "k") -> list[OutboxRecord]:
@@ -223,3 +224,69 @@ def test_a_closed_batch_refuses_records_and_leaves_the_connection_alone(outbox) 
         with pytest.raises(RuntimeError, match="closed"):
             out.stash(OutboxRecord("b", "k", b"2"))
         assert count(tx, table) == 1
+
+
+def test_a_stash_checks_sizes_and_encodes_each_record_once(outbox, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    binding, engine, table = outbox
+    calls = {"checks": 0, "limits": 0, "plans": 0}
+    counting(monkeypatch, calls)
+    out = Stasher(table)
+
+    def record(i: int) -> OutboxRecord:
+        return OutboxRecord("t", f"k{i}", CountedText("é" * 10), [("h", CountedText(f"ü{i}"))])
+
+    ways = [  # (how many records, the way)
+        (1, lambda tx: out.stash(tx, record(0))),
+        (1, lambda tx: stash(tx, record(1), table=table)),  # the module's own Stasher
+        (30, lambda tx: out.stash_many(tx, [record(i) for i in range(30)])),  # COPY-sized on PostgreSQL
+        (2, lambda tx: out.prepare(tx).stash_many([record(0), record(1)])),
+        (1, lambda tx: out.prepare(tx).stash(record(2))),
+        (3, lambda tx: [out.batch(tx, flush_every=2).stash(record(i)) for i in range(3)]),
+    ]
+    stashed = 0
+    for n, way in ways:
+        before = dict(calls, encodings=CountedText.encodings)
+        with engine.begin() as tx:
+            way(tx)
+        stashed += n
+        assert calls["checks"] - before["checks"] == n, "each record checked (and sized) once"
+        assert calls["limits"] - before["limits"] == n, "each record's limits checked once, on that size"
+        assert CountedText.encodings - before["encodings"] == 2 * n, "its value and header encoded once each"
+    assert calls["plans"] == 2, "one plan per stasher and engine: out's and the module's"
+    got = binding.mark(str(uuid.uuid4()), 100)
+    assert len(got) == stashed and {r.value for r in got} == {("é" * 10).encode()}
+    assert {dict(r.headers)["h"] for r in got} == {f"ü{i}" for i in range(30)}
+
+
+def test_a_stasher_keeps_a_plan_per_engine(outbox, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """One Stasher on two databases whose tables differ (one made before the key hash column):
+    each engine's rows go through that engine's statement."""
+    import gc
+
+    from pyharvest.core.outbox.keys import key_hash
+
+    _, engine, table = outbox
+    other_url = f"sqlite:///{tmp_path / 'other.db'}"
+    create_outbox_table(other_url, table)
+    other = sa.create_engine(other_url)
+    with other.begin() as tx:
+        tx.execute(sa.text(f"ALTER TABLE {table} DROP COLUMN kafka_key_hash"))
+    out = Stasher(table)
+    try:
+        for i in range(3):  # alternately, each way: the plans do not displace each other
+            for e in (engine, other):
+                with e.begin() as tx:
+                    out.stash(tx, OutboxRecord("t", f"one-{i}", b"v"))
+                    out.stash_many(tx, [OutboxRecord("t", f"many-{i}", b"v")] * 20)
+        assert set(out._plans) == {engine, other}
+        assert out._plans[engine].outbox.key_hash and not out._plans[other].outbox.key_hash
+        with engine.connect() as c:
+            hashes = c.execute(sa.text(f"SELECT kafka_key, kafka_key_hash FROM {table}")).all()
+        assert len(hashes) == 63 and all(h == key_hash(k) for k, h in hashes)
+        with other.connect() as c:
+            assert c.execute(sa.text(f"SELECT COUNT(*) FROM {table}")).scalar_one() == 63
+    finally:
+        other.dispose()
+    del other, e, tx, c
+    gc.collect()
+    assert set(out._plans) == {engine}, "a plan does not keep its engine alive"

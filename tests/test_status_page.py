@@ -110,6 +110,54 @@ def test_a_standby_reports_its_role_and_the_age_too():
         kafka.cluster.hold = False
 
 
+class LastHeartbeatKafka(FakeKafka):
+    """The fake cluster, reading back the leader topic's last heartbeat as the binding does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last_heartbeat: bytes | None = None
+
+    def producer(self, config):  # noqa: ANN001
+        producer = super().producer(config)
+        produce = producer.produce
+
+        def recording(topic, key, value, headers, on_delivery, partition=None):  # noqa: ANN001
+            if topic.endswith(".neli"):
+                self.last_heartbeat = value
+            produce(topic, key, value, headers, on_delivery, partition)
+
+        producer.produce = recording  # type: ignore[method-assign]
+        return producer
+
+    def last_heartbeats(self, config, topic, partitions, timeout):  # noqa: ANN001
+        return {0: self.last_heartbeat} if self.last_heartbeat else {}
+
+
+def test_a_standby_names_the_process_that_leads():
+    db, kafka = AgingBinding(), LastHeartbeatKafka()
+    leader, standby = make(db, kafka), make(db, kafka)
+    with leader:
+        wait_until(lambda: leader.is_leader, 5)
+        ops = start_ops_server(standby, LOCAL)
+        try:
+            with standby:
+                def led_by() -> dict | None:
+                    return json.loads(fetch(ops.url + "/status")[2])["shards"][0].get("led_by")
+
+                wait_until(led_by, 10, "the standby to read the leader's heartbeat")
+                who = led_by()
+                assert who is not None
+                assert (who["name"], who["pid"]) == (leader.config.name, os.getpid()), who
+                assert who["last_heartbeat_seconds_ago"] >= 0
+                readyz = json.loads(fetch(ops.url + "/readyz")[2])
+                assert readyz["led_by"]["0"]["name"] == leader.config.name
+                page = fetch(ops.url + "/")[2]
+                assert f'led by {leader.config.name} (' in page and "last heartbeat" in page
+        finally:
+            ops.stop()
+        assert leader.leaders() == {}  # the leader's own report names no other leader
+
+
 def test_quarantined_keys_get_the_commands_that_release_them_quoted_for_a_shell():
     commands = quarantine_commands("-f /etc/reaper.yaml", "it's a key")
     assert commands == {
@@ -132,6 +180,31 @@ def test_quarantined_keys_get_the_commands_that_release_them_quoted_for_a_shell(
     assert "<b>k</b>" not in page and "&lt;b&gt;k&lt;/b&gt;" in page  # escaped, not markup
     assert "reaper quarantine replay -f reaper.yaml --key &#x27;&lt;b&gt;k&lt;/b&gt;&#x27;" in page
     assert "2026-01-02 03:04:05 UTC" in page and "no samples yet" in page
+
+
+def test_blocked_keys_come_first_under_a_warning_badge():
+    status = {
+        "process": {"name": "n", "host": "h", "pid": 1, "version": "0", "uptime_seconds": 3.0,
+                    "leader_group_id": "g", "outbox_table": "outbox", "delivery": "at-least-once",
+                    "poison_policy": "block"},
+        "status": "degraded", "ready": True, "degraded": True, "health": {}, "endpoints": ["/", "/metrics"],
+        "shards": [{"shard": 0, "role": "leader", "in_flight_records": 1, "backlog_records": 4}],
+        "backlog_records": 4, "oldest_record_age_seconds": 12.5, "records_published_total": 9,
+        "history": [], "sample_interval_seconds": 5.0, "quarantined": [],
+        "blocked_key_count": 3,
+        "blocked_keys": [{"key": "<big>", "topic": "nc bad!", "record_id": 8591, "attempts": 7,
+                          "since": "2026-01-02T03:04:05+00:00", "error": "TOPIC_EXCEPTION: Broker: Invalid topic"}],
+    }
+    page = render_status_page(status)
+    assert 'class="badge warn">degraded<' in page
+    assert page.index('id="blocked"') < page.index("<h2>Quarantined keys</h2>") < page.index("<h2>Shards</h2>")
+    assert "<code>&lt;big&gt;</code>" in page and "nc bad!" in page and "2026-01-02 03:04:05 UTC" in page
+    assert ">8591<" in page and ">7<" in page and "TOPIC_EXCEPTION" in page
+    assert "and 2 more" in page and "3 keys held back" in page
+    assert "quarantines no key" in page
+    status.update(status="ready", degraded=False, blocked_key_count=0, blocked_keys=[])
+    page = render_status_page(status)
+    assert 'class="badge ready">ready<' in page and 'id="blocked-empty"' in page
 
 
 # ---------------------------------------------------------------------- in a real browser
@@ -233,3 +306,15 @@ def _stopping(stop: threading.Event, thread: threading.Thread) -> Iterator[None]
         stop.set()
         if thread.is_alive():
             thread.join(10)
+
+
+def test_a_chart_leaves_gaps_blank_and_a_lone_sample_has_no_time_axis():
+    from pyharvest.bindings.ops.status_page import _chart
+
+    # Samples at 0..4 s with none at 2 s: two runs, no line across the gap, every sample a point.
+    chart = _chart("latency", "ms", [0.0, 1.0, 2.0, 3.0, 4.0], [("p99", "#c00", [5.0, 6.0, None, 7.0, 8.0])])
+    assert chart.count("<polyline") == 2 and chart.count('class="point"') == 4
+    assert "-4.0 s" in chart
+    # A fresh page: one sample, so nothing to say how far back it goes ("-0 ms" before).
+    lone = _chart("latency", "ms", [10.0], [("p99", "#c00", [5.0])])
+    assert "-0 ms" not in lone and "<polyline" not in lone and lone.count('class="point"') == 1

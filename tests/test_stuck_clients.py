@@ -1,4 +1,4 @@
-"""Stuck Kafka clients are replaced (pyharvest.core.ports.stuck_clients, through the confluent-kafka binding).
+"""Stuck Kafka clients are replaced (pyharvest.core.healing.stuck_clients, through the confluent-kafka binding).
 
 The stuck leader consumer is made on cue: a proxy answers its metadata requests, for a moment,
 with a cluster of no brokers (what a lone Apache Kafka node answers right after its controller
@@ -21,8 +21,8 @@ from pyharvest.bindings.kafka.confluent import ConfluentClients, ConfluentProduc
 from pyharvest.bindings.kafka.embedded import free_port
 from pyharvest.bindings.kafka.transactions import ConfluentTransactionalProducer
 from pyharvest.core.election.group_protocol import leader_client_configs
+from pyharvest.core.healing.stuck_clients import ProbeAnswer
 from pyharvest.core.ports.kafka import DeliveryError, TransactionError
-from pyharvest.core.ports.stuck_clients import ProbeAnswer
 from pyharvest.core.telemetry.client_restarts import restarts
 from tests.helpers.faults.apache import ApacheKafka
 from tests.helpers.faults.kafka import proxied_broker
@@ -75,11 +75,12 @@ def test_a_leader_consumer_that_lost_every_broker_is_replaced_and_rejoins(lying_
         pump(lambda: events == [("assigned", [0])] and control._steady, 60, "both consumers to join")
         proxy.hide_brokers()
         # librdkafka bootstraps again at once the first time it knows no broker: the lie lasts
-        # until both consumers have known none for a while (the next time is 5 minutes away).
+        # until both consumers have held no connection for a while, having nothing left to
+        # connect to (the next bootstrap is 5 minutes away).
         forgot: list[float] = []
 
         def forgotten() -> bool:
-            if healed.known_brokers == 0 and control.known_brokers == 0:
+            if proxy.connections == 0:
                 forgot.append(time.monotonic())
                 return forgot[-1] - forgot[0] > 3
             forgot.clear()
@@ -183,10 +184,9 @@ def test_a_transactional_producer_that_commits_nothing_is_refused_for_a_new_one(
                 refused.append(e)
                 return True
             producer.abort_transaction(30)
-            time.sleep(0.2)
             return False
 
-        wait_until(aborted_again, 30, "the stuck transactional producer to be refused")
+        wait_until(aborted_again, 30, "the stuck transactional producer to be refused", interval=0.2)
         assert refused[0].kind == "fatal" and "replacing the producer" in str(refused[0])
         assert restarts.snapshot()["transactional_producer"] == before + 1
     finally:

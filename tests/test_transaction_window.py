@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 from pyharvest.core.outbox.records import OutboxRecord
-from pyharvest.core.transactions.window import Job, TransactionWindow, WindowState
+from pyharvest.core.publishing.transaction_window import Publish, Purge, TakeOver, TransactionWindow, WindowState
 from tests.helpers.waiting import wait_until
 
 S = WindowState
@@ -24,16 +24,16 @@ def test_a_term_takes_over_before_anything_is_marked_or_published():
     assert w.state is S.TAKING_OVER and not w.may_mark(0)
     w.dispatch(records("a"))
     assert w.in_flight == 1  # held: the takeover comes first
-    assert w.next_job(done) is Job.TAKE_OVER
+    assert w.next_job(done) == TakeOver()
     w.fenced()
     w.taken_over()
     assert w.state is S.PUBLISHING and w.may_mark(0)
     w.dispatch(records("b"))
-    batch = w.next_job(done)
-    assert isinstance(batch, list) and [r.key for r in batch] == ["a", "b"] and w.in_flight == 2
+    job = w.next_job(done)
+    assert isinstance(job, Publish) and [r.key for r in job.batch] == ["a", "b"] and w.in_flight == 2
     w.ended([1, 2])
     assert w.unpurged == [1, 2] and w.in_flight == 2
-    assert w.next_job(done) is Job.PURGE  # nothing queued to overlap it with
+    assert w.next_job(done) == Purge()  # nothing queued to overlap it with
     w.purged(True)
     assert w.in_flight == 0
     done.set()
@@ -61,7 +61,7 @@ def test_a_producer_in_doubt_remarks_and_takes_over_afresh():
     w.taken_over()
     w.in_doubt()
     assert w.state is S.RECOVERING and w.force_remark
-    assert w.next_job(done) is Job.TAKE_OVER  # while the main loop remarks
+    assert w.next_job(done) == TakeOver()  # while the main loop remarks
     w.taken_over()
     assert w.state is S.REMARKING
     w.quiesce("remark", None, lambda: True)
@@ -93,10 +93,10 @@ def test_held_keys_stay_out_of_transactions_until_their_retry_raises_a_remark():
     w, done = TransactionWindow(10), threading.Event()
     w.lead()
     w.taken_over()
-    w.hold({"bad"}, retry_at=0.0)
+    w.park({"bad"}, retry_at=0.0)
     w.dispatch(records("bad", "good"))
-    batch = w.next_job(done)
-    assert isinstance(batch, list) and [r.key for r in batch] == ["good"]
+    job = w.next_job(done)
+    assert isinstance(job, Publish) and [r.key for r in job.batch] == ["good"]
     w.ended(None)
     waiting = threading.Thread(target=w.next_job, args=(done,))  # the retry is due: it raises a remark
     waiting.start()

@@ -12,7 +12,7 @@ import pytest
 from pyharvest import Config
 from pyharvest.core.errors import ConfigError
 from pyharvest.core.ports.kafka import DeliveryError
-from pyharvest.core.transactions.progress import decode_progress, encode_progress, transactional_id
+from pyharvest.core.publishing.progress import decode_progress, encode_progress, transactional_id
 from tests.helpers.engine import fill, per_key
 from tests.helpers.engine import make_exactly_once as make
 from tests.helpers.fakes import FakeBinding, FakeKafka, FakeTransactionalKafka
@@ -49,6 +49,18 @@ def test_a_new_leader_purges_what_the_last_committed_transaction_carried_before_
     with make(db, kafka):
         wait_until(lambda: len(db) == 0, 10, "the outbox to drain")
     assert kafka.txns.records("data") == [("k0", b"3"), ("k0", b"4")]
+
+
+def test_the_takeover_says_how_many_rows_it_purged_not_how_many_ids_the_progress_named(caplog):
+    """The last leader purged its committed rows before it stopped (the usual case): the ids
+    its progress record names are gone, and the takeover purges none of them."""
+    db, kafka = FakeBinding(), FakeTransactionalKafka()
+    fill(db, 2, keys=1)  # ids 1 and 2, not named by the progress record
+    kafka.txns.committed[("app.progress", 0)].append(("0", encode_progress("gone-leader", list(range(100, 110)))))
+    with caplog.at_level("INFO", logger="pyharvest"), make(db, kafka):
+        wait_until(lambda: len(db) == 0, 10, "the outbox to drain")
+    (line,) = [r.getMessage() for r in caplog.records if "took over the transactions" in r.getMessage()]
+    assert "named 10 records; 0 were still in the outbox" in line, line
 
 
 def test_a_commit_of_unknown_outcome_is_settled_by_a_new_takeover_not_by_publishing_again():

@@ -237,7 +237,7 @@ class FakeReader:
     def consume(self, n, timeout):
         if self.script:
             return self.script.pop(0)
-        time.sleep(0.01)
+        time.sleep(min(timeout, 0.01))  # nothing came within the (shortened) timeout
         return []
 
     def close(self):

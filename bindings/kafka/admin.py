@@ -12,7 +12,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from pyharvest.bindings.kafka.logs import librdkafka_logger
+from pyharvest.bindings.kafka.librdkafka_logs import librdkafka_logger
 from pyharvest.core.config.kafka_acls import describe_principal
 from pyharvest.core.errors import KafkaPropertyError
 from pyharvest.core.ports.kafka import KafkaConfigMap, TopicError

@@ -22,12 +22,13 @@ from pyharvest.bindings.kafka.admin import admin_client as _admin
 from pyharvest.bindings.kafka.admin import client_config as _client_config
 from pyharvest.bindings.kafka.admin import metadata_within, producer_side, refused_configuration
 from pyharvest.bindings.kafka.api_versions import CONSUMER_GROUP_HEARTBEAT, broker_api_keys
+from pyharvest.bindings.kafka.cluster_probes import partitions_probe
+from pyharvest.bindings.kafka.heartbeat_reader import last_heartbeats
 from pyharvest.bindings.kafka.leader_consumer import ConfluentLeaderConsumer
-from pyharvest.bindings.kafka.probes import partitions_probe
 from pyharvest.core.config.kafka_acls import Acl, is_authorization_failure, refused
 from pyharvest.core.election.group_protocol import GroupSession, SessionBounds
+from pyharvest.core.healing.stuck_clients import HEAL_AFTER_SESSIONS, ProgressWatch
 from pyharvest.core.ports.kafka import DeliveryCallback, DeliveryError, KafkaConfigMap, ProduceError, TopicError
-from pyharvest.core.ports.stuck_clients import HEAL_AFTER_SESSIONS, ProgressWatch
 
 __all__ = ["ConfluentClients", "ConfluentLeaderConsumer", "ConfluentProducer", "delivery_error"]
 
@@ -56,29 +57,55 @@ _POISON_CODES = frozenset(
 )
 
 
-# A producer that got one of these will fail every later message too.
-_FATAL_CODES = frozenset(
+# A newer producer (same transactional.id) or a newer epoch took over: this one is fenced.
+# The one list of fencing codes: the transactional producer's errors are classified by it too.
+FENCING_CODES = frozenset(
     code
-    for code in (
-        getattr(KafkaError, n, None) for n in ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FATAL", "_FENCED")
-    )
+    for code in (getattr(KafkaError, n, None) for n in ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FENCED"))
     if code is not None
 )
+# A producer that got one of these will fail every later message too.
+_FATAL_CODES = FENCING_CODES | {code for code in (getattr(KafkaError, "_FATAL", None),) if code is not None}
 
 
 def delivery_error(err: KafkaError) -> DeliveryError:
+    fenced = err.code() in FENCING_CODES
     return DeliveryError(
         err.name() or str(err.code()),
         err.str(),
         retriable=err.code() not in _POISON_CODES,
-        fatal=err.fatal() or err.code() in _FATAL_CODES,
+        fatal=fenced or err.fatal() or err.code() in _FATAL_CODES,
+        fenced=fenced,
     )
+
+
+# A delivery callback must never raise: confluent-kafka (2.x) keeps dispatching the rest of a
+# flush's reports with the exception still set, and each later callback then fails in ways that
+# name nothing true (seen: "AttributeError: ... object has no attribute '_failed'" for a method
+# that exists, and "SystemError: <method 'name' of 'KafkaError' objects> returned a result with
+# an exception set"), until the flush raises and the engine of a shard crashes. What went wrong
+# is logged with its chain (a SystemError carries the pending exception as its context) and the
+# record counts as not delivered: retried, never lost.
+_CALLBACK_FAILED = DeliveryError("_CALLBACK", "the delivery report could not be read", retriable=True)
+_callback_failures = 0
+
+
+def _callback_failed(error: Exception, on_delivery: DeliveryCallback) -> None:
+    global _callback_failures
+    _callback_failures += 1
+    if _callback_failures == 1 or _callback_failures % 100 == 0:
+        log.warning("a delivery report could not be handled (%d so far); its record is retried: %s",
+                    _callback_failures, error, exc_info=error)
+    try:
+        on_delivery(_CALLBACK_FAILED)
+    except Exception:  # noqa: BLE001 - never seen: the first failure was handled, and cleared, above
+        log.exception("a delivery report could not be handled twice")
 
 
 class ConfluentProducer:
     """A producer. With ``heal_after`` (seconds), a librdkafka producer whose messages got no
     answer from any broker for that long, while their partitions' leaders answer a fresh client
-    and have their in-sync replicas, is replaced by a new one (:mod:`pyharvest.core.ports.stuck_clients`).
+    and have their in-sync replicas, is replaced by a new one (:mod:`pyharvest.core.healing.stuck_clients`).
 
     The replacement keeps every message's one delivery report: what was not sent yet is purged
     (each gets a failed, retriable report, as after :meth:`abandon`); messages already sent
@@ -117,12 +144,15 @@ class ConfluentProducer:
         # The harvester's per-record hot path: plain arguments (no argument dict, no copy of a
         # headers list) measured 0.6 us less per record than building keyword arguments.
         def delivered(err: KafkaError | None, msg: Message) -> None:
-            if err is None:
-                self._answered = True
-                on_delivery(None)
-            else:
-                self._failed(err, msg)
-                on_delivery(delivery_error(err))
+            try:
+                if err is None:
+                    self._answered = True
+                    on_delivery(None)
+                else:
+                    self._failed(err, msg)
+                    on_delivery(delivery_error(err))
+            except Exception as e:  # noqa: BLE001 - nothing may escape into librdkafka's dispatch
+                _callback_failed(e, on_delivery)
 
         hdrs = (headers if type(headers) is list else list(headers)) if headers else None
         produce = self._producer.produce
@@ -208,7 +238,7 @@ class ConfluentClients:
 
     def __init__(self, heal_after: float | None = None) -> None:
         #: Seconds without progress after which a stuck client is replaced
-        #: (:func:`pyharvest.core.ports.stuck_clients.heal_after`); None: never.
+        #: (:func:`pyharvest.core.healing.stuck_clients.heal_after`); None: never.
         self.heal_after = heal_after
         # The heartbeat timeout and session of each consumer-protocol group whose session was
         # set: its leader consumer has no session.timeout.ms to read them from.
@@ -277,6 +307,11 @@ class ConfluentClients:
             raise TopicError(f"cannot set the session of group {group_id!r}: {e.args[0].str()}") from None
         except Exception as e:  # noqa: BLE001 - e.g. a timeout from the future
             raise TopicError(f"cannot set the session of group {group_id!r} within {timeout:g}s: {e}") from None
+
+    def last_heartbeats(
+        self, config: KafkaConfigMap, topic: str, partitions: int, timeout: float
+    ) -> dict[int, bytes | None]:
+        return last_heartbeats(config, topic, partitions, timeout)
 
     def topic_partitions(self, config: KafkaConfigMap, topic: str, timeout: float = 10.0) -> int:
         """How many partitions ``topic`` has (0 when it does not exist).

@@ -20,7 +20,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from pyharvest.bindings.kafka.logs import librdkafka_logger
+from pyharvest.bindings.kafka.librdkafka_logs import librdkafka_logger
 from pyharvest.core.config.kafka_acls import Acl, is_authorization_failure, refused
 from pyharvest.core.inbox.errors import InboxError, first_line
 from pyharvest.core.inbox.message import InboxMessage, build_message, delivery_id_for, source_identity

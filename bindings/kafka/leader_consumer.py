@@ -6,16 +6,18 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from pyharvest.bindings.kafka.admin import client_config, refused_configuration
-from pyharvest.bindings.kafka.probes import group_probe
+from pyharvest.bindings.kafka.cluster_probes import group_probe
 from pyharvest.core.config.kafka_acls import Acl, is_authorization_failure, refused
+from pyharvest.core.errors import TopicError
+from pyharvest.core.healing.stuck_clients import ProgressWatch
 from pyharvest.core.ports.kafka import KafkaConfigMap
-from pyharvest.core.ports.stuck_clients import ProgressWatch
 
 __all__ = ["ConfluentLeaderConsumer"]
 
@@ -33,7 +35,16 @@ class ConfluentLeaderConsumer:
     froze and reloaded its group coordinator, librdkafka's consumer sometimes never rejoined).
     The partitions the old one held are revoked first, inside :meth:`poll`, as a rebalance
     would; the old one is closed on a thread of its own (a stuck client may not close at once),
-    and nothing it still reports reaches the callbacks."""
+    and nothing it still reports reaches the callbacks.
+
+    A static member (``group.instance.id``) that another process with the same id replaced is
+    fenced by the broker (librdkafka's fatal FENCED_INSTANCE_ID): it steps down and :meth:`poll`
+    raises a :class:`~pyharvest.core.errors.TopicError` naming the id. A static member does not
+    leave its group on close by itself (KIP-345: its restart takes its partitions back), so
+    :meth:`close` unsubscribes first, which does leave: a graceful stop hands over at once."""
+
+    #: How long :meth:`close` serves a static member's leave before closing.
+    LEAVE_TIMEOUT = 5.0
 
     def __init__(
         self, config: KafkaConfigMap, heartbeat_timeout_ms: int | None = None, heal_after: float | None = None
@@ -43,15 +54,12 @@ class ConfluentLeaderConsumer:
         # the consumer protocol's statistics list the brokers alike) and whether the consumer is
         # a steady member of its group (the heal's progress).
         cfg.setdefault("statistics.interval.ms", 1000)
-        cfg["error_cb"] = self._on_error
         self._cfg = cfg
+        self._instance_id = str(cfg.get("group.instance.id") or "")
         self._config = config
         self._refusal: KafkaError | None = None  # an ACL's refusal seen by error_cb, raised by poll
+        self._fenced_by: KafkaError | None = None  # a namesake's fencing seen by error_cb, raised by poll
         self.connected: bool | None = None
-        #: How many brokers the consumer knows, learned or bootstrap (its last statistics): none
-        #: after metadata answers without brokers, until librdkafka bootstraps again (at once the
-        #: first time, then only after ``metadata.recovery.rebootstrap.trigger.ms``, 5 minutes).
-        self.known_brokers: int | None = None
         # A connection that is up but has not answered a waiting request for this long counts
         # as down: a frozen or overloaded broker keeps its sockets open, and librdkafka only
         # times the requests out after socket.timeout.ms (60 s). This is the heartbeat timeout
@@ -78,7 +86,14 @@ class ConfluentLeaderConsumer:
             if consumer is self._consumer:  # not a replaced consumer's last words
                 self._on_stats(stats_json)
 
+        def errors(err: KafkaError) -> None:
+            # Not a replaced consumer's: a static one is fenced by its replacement, which is no
+            # namesake of this process's.
+            if consumer is None or consumer is self._consumer:
+                self._on_error(err)
+
         cfg["stats_cb"] = stats
+        cfg["error_cb"] = errors
         try:
             consumer = Consumer(cfg)
         except KafkaException as e:
@@ -91,9 +106,6 @@ class ConfluentLeaderConsumer:
         except ValueError:
             return
         brokers = stats.get("brokers", {}).values()
-        # Learned from the metadata, or the bootstrap servers librdkafka went back to; not its
-        # internal or logical (group coordinator) handles.
-        self.known_brokers = sum(1 for b in brokers if b.get("source") in ("learned", "configured"))
         self.connected = any(self._answering(b) for b in brokers if b.get("nodeid", -1) >= 0)
         group = stats.get("cgrp") or {}
         self._steady = group.get("state") == "up" and group.get("join_state") == "steady"
@@ -109,6 +121,18 @@ class ConfluentLeaderConsumer:
         return isinstance(idle, int) and 0 <= idle < self._answer_within_us
 
     def _on_error(self, err: KafkaError) -> None:
+        if err.code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL:
+            # Members of an older pyharvest (the eager assignor for one shard) lead the group:
+            # this one cannot join until they have all stopped; librdkafka retries.
+            log.warning("leader group %r: its members assign with another protocol (reapers of an older "
+                        "pyharvest, whose single leader assigned eagerly?); this process joins once they have all "
+                        "stopped (or give the new ones another leaderGroupID): %s", self._config.get("group.id"),
+                        err.str())
+            return
+        if self._instance_id and _fenced_instance(err):
+            # Reported here, not through poll's messages: raised by the next poll.
+            self._fenced_by = err
+            return
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
             self.connected = False
         elif is_authorization_failure(err.name() or ""):
@@ -153,17 +177,28 @@ class ConfluentLeaderConsumer:
 
     def poll_partitions(self, timeout: float) -> list[int]:
         """Serve group callbacks and read what arrived; the partition of every message read."""
-        received: list[int] = []
+        return [p for p, _ in self.poll_heartbeats(timeout)]
+
+    def poll_heartbeats(self, timeout: float) -> list[tuple[int, bytes | None]]:
+        """Serve group callbacks and read what arrived; the partition and value of every message read."""
+        received: list[tuple[int, bytes | None]] = []
         consumer = self._consumer
         msg = consumer.poll(timeout)
         if self._refusal is not None:
             raise self._refused(self._refusal)
+        if self._fenced_by is not None:
+            # Never healed by a new client: it would rejoin under the same id and fence the namesake.
+            raise self._fenced(self._fenced_by)
         while msg is not None:
             err = msg.error()
             if err is None:
-                received.append(msg.partition() or 0)
+                value = msg.value()
+                received.append((msg.partition() or 0, value if isinstance(value, bytes) or value is None
+                                 else str(value).encode()))
             elif is_authorization_failure(err.name() or ""):
                 raise self._refused(err)
+            elif self._instance_id and _fenced_instance(err):
+                raise self._fenced(err)
             elif err.fatal():
                 raise KafkaException(err)
             elif err.code() != KafkaError._PARTITION_EOF:
@@ -177,12 +212,24 @@ class ConfluentLeaderConsumer:
                 self._replace(watch)
         return received
 
+    def _fenced(self, err: KafkaError) -> TopicError:
+        """Another live process joined with this one's ``group.instance.id``: the broker gave it
+        this member's partitions. Step down first (it may already lead them), then say so."""
+        lost, self._assigned = sorted(self._assigned), set()
+        if lost:
+            self._on_revoke(lost)
+        return TopicError(
+            f"another process joined leader group {self._config.get('group.id')!r} with this reaper's instanceID "
+            f"(group.instance.id {self._instance_id!r}): Kafka fenced this older one, which stopped leading. Give "
+            f"every live reaper its own instanceID (a StatefulSet's pod name, say). Kafka said: {err.str()}"
+        )
+
     def _replace(self, watch: ProgressWatch) -> None:
         old = self._consumer
         lost, self._assigned = sorted(self._assigned), set()
         if lost:  # the old member's partitions are gone with it: the owner steps down first
             self._on_revoke(lost)
-        self._steady, self.connected, self.known_brokers = False, None, None
+        self._steady, self.connected = False, None
         self._consumer = self._open()
         self._subscribe(self._consumer)
         threading.Thread(target=_close, args=(old,), name="pyharvest-close-stuck-consumer", daemon=True).start()
@@ -191,7 +238,34 @@ class ConfluentLeaderConsumer:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if self._instance_id:
+                self._leave(self._consumer)
             self._consumer.close()
+
+    def _leave(self, consumer: Consumer) -> None:
+        """Make a static member leave: librdkafka sends no LeaveGroup when a static member
+        closes (the group would keep its partitions for a whole session), but it does when it
+        unsubscribes. Served until the revocation has run and the leave has gone out: a close
+        that begins before skips the leave."""
+        try:
+            consumer.unsubscribe()
+            deadline = time.monotonic() + self.LEAVE_TIMEOUT
+            while self._assigned and time.monotonic() < deadline:
+                consumer.poll(0.05)
+            # The LeaveGroup is sent once the unassignment is done, on librdkafka's own thread.
+            for _ in range(4):
+                consumer.poll(0.05)
+        except KafkaException as e:  # a fenced or unreachable member: close as it is
+            log.debug("leader consumer: leaving the group before closing: %s", e)
+
+
+def _fenced_instance(err: KafkaError) -> bool:
+    """librdkafka reports FENCED_INSTANCE_ID as a fatal error (code _FATAL, whose ``fatal()`` is
+    not always set on a consumer's error event) with the broker's reason in its text."""
+    if err.code() == KafkaError.FENCED_INSTANCE_ID:
+        return True
+    text = err.str() or ""
+    return err.code() == KafkaError._FATAL and ("group.instance.id" in text or "FENCED_INSTANCE" in text)
 
 
 def _close(consumer: Consumer) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from pyharvest.bindings.kafka.admin import metadata_within, refused_configuration
-from pyharvest.bindings.kafka.logs import librdkafka_logger
+from pyharvest.bindings.kafka.librdkafka_logs import librdkafka_logger
 from pyharvest.core.errors import KafkaPropertyError
 
 __all__ = ["DEFAULT_TIMEOUT", "check_consumer", "check_properties"]

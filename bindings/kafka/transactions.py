@@ -14,12 +14,12 @@ from confluent_kafka.admin import NewPartitions, NewTopic  # type: ignore[attr-d
 from pyharvest.bindings.kafka.admin import admin_client as _admin
 from pyharvest.bindings.kafka.admin import client_config as _client_config
 from pyharvest.bindings.kafka.admin import metadata_within, refused_configuration
-from pyharvest.bindings.kafka.confluent import ConfluentClients, ConfluentProducer
-from pyharvest.bindings.kafka.probes import partitions_probe
+from pyharvest.bindings.kafka.cluster_probes import partitions_probe
+from pyharvest.bindings.kafka.confluent import FENCING_CODES, ConfluentClients, ConfluentProducer
 from pyharvest.core.config.kafka_acls import Acl, is_authorization_failure, refused
 from pyharvest.core.errors import KafkaAuthorizationError
+from pyharvest.core.healing.stuck_clients import ProgressWatch
 from pyharvest.core.ports.kafka import DeliveryCallback, KafkaConfigMap, ProduceError, TopicError, TransactionError
-from pyharvest.core.ports.stuck_clients import ProgressWatch
 
 __all__ = [
     "ConfluentTransactionalClients",
@@ -31,11 +31,6 @@ __all__ = [
 
 log = logging.getLogger("pyharvest.kafka")
 
-_FENCED = frozenset(
-    c
-    for c in (getattr(KafkaError, n, None) for n in ("PRODUCER_FENCED", "_FENCED", "INVALID_PRODUCER_EPOCH"))
-    if c is not None
-)
 # What a cluster without transactions answers (an old broker, or a development broker).
 _UNSUPPORTED = frozenset(
     c
@@ -56,7 +51,7 @@ def transaction_error(e: KafkaException) -> TransactionError:
     if err is None:
         return TransactionError("fatal", str(e))
     text = f"{err.name()}: {err.str()}"
-    if err.code() in _FENCED:
+    if err.code() in FENCING_CODES:
         return TransactionError("fenced", text)
     if err.code() in _UNSUPPORTED:
         return TransactionError("unsupported", text)
@@ -92,7 +87,7 @@ class ConfluentTransactionalProducer(ConfluentProducer):
     none committed, while the leaders of the partitions it failed to write answer a fresh
     client, refuses the next :meth:`begin_transaction` with a fatal :class:`TransactionError`:
     the engine gives it up and takes over afresh with a new producer, as after any fatal error
-    (:mod:`pyharvest.core.ports.stuck_clients`)."""
+    (:mod:`pyharvest.core.healing.stuck_clients`)."""
 
     def __init__(self, config: KafkaConfigMap, heal_after: float | None = None) -> None:
         super().__init__(config)  # not healed as a producer: the engine replaces this one
@@ -116,8 +111,20 @@ class ConfluentTransactionalProducer(ConfluentProducer):
             super().produce(topic, key, value, headers, on_delivery, partition)
         except ProduceError as e:
             if e.error.fatal:
-                raise TransactionError("fenced" if "FENCED" in e.error.code.upper() else "fatal", str(e)) from None
+                raise TransactionError("fenced" if e.error.fenced else "fatal", str(e)) from None
             raise
+
+    def flush(self, timeout: float) -> int:
+        try:
+            return super().flush(timeout)
+        except SystemError as e:
+            # confluent-kafka lost a callback's exception inside the flush's dispatch ("returned
+            # NULL without setting an exception"; see bindings.kafka.confluent._callback_failed):
+            # a delivery report may have been dropped with it, so this transaction's outcome is
+            # unknown. Counted as left over, it is aborted and its records remarked.
+            log.warning("the producer's flush failed inside confluent-kafka (%s): the transaction is aborted and "
+                        "its records remarked", e)
+            return max(1, len(self._producer))
 
     def init_transactions(self, timeout: float) -> None:
         # A producer that has no broker connection yet when it asks for its producer id waits

@@ -74,7 +74,7 @@ def start_ops_server(
             "metrics", "the metrics server needs prometheus_client: pip install 'pyharvest[metrics]'"
         ) from None
     from pyharvest.bindings.ops.collector import BacklogCounter, HarvestCollector
-    from pyharvest.bindings.ops.latency import publish_latency
+    from pyharvest.bindings.ops.histograms import publish_latency
     from pyharvest.bindings.ops.server import OpsServer
     from pyharvest.bindings.ops.watch import OutboxWatch, harvest_engines
     from pyharvest.core.engine.harvest import HarvestEngine

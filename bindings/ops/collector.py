@@ -15,14 +15,19 @@ Embedded users register it with their own registry::
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
-from pyharvest.bindings.ops.latency import HISTOGRAMS, LATENCY_BUCKETS, PUBLISH_LATENCY, histograms_of, publish_buckets
+from pyharvest.bindings.ops.histograms import (
+    HISTOGRAMS,
+    LATENCY_BUCKETS,
+    PUBLISH_LATENCY,
+    histograms_of,
+    publish_buckets,
+)
 from pyharvest.bindings.ops.periodic import Periodic
 from pyharvest.bindings.ops.watch import outbox_binding
 from pyharvest.core.telemetry.client_restarts import HEALED_CLIENTS, restarts
@@ -63,12 +68,10 @@ class BacklogCounter(Periodic):
 
     thread_name = "pyharvest-backlog"
 
-    def __init__(self, harvest: HarvestEngine, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, harvest: HarvestEngine, interval: float) -> None:
         super().__init__(interval)
         self._harvest = harvest
-        self._clock = clock
         self.value: int | None = None
-        self.counted_at: float | None = None
         self._failures = 0
 
 
@@ -87,7 +90,7 @@ class BacklogCounter(Periodic):
             self.value = None
             return None
         self._failures = 0
-        self.value, self.counted_at = n, self._clock()
+        self.value = n
         return n
 
 
@@ -185,6 +188,7 @@ class HarvestCollector(Collector):
                 value=1.0 if health.change_feed_connected else 0.0,
             )
         yield GaugeMetricFamily(f"{ns}_ready", "1 while /readyz answers 200.", value=1.0 if health.ready else 0.0)
+        yield blocked_keys_gauge(ns, h.blocked_key_count)
 
         for suffix, attr, doc in _COUNTERS:
             yield CounterMetricFamily(f"{ns}_{suffix}", doc, value=float(getattr(m, attr)))
@@ -203,8 +207,9 @@ class HarvestCollector(Collector):
         yield GaugeMetricFamily(f"{ns}_in_flight_keys", "Keys with a record in flight.",
                                 value=float(len(h.in_flight_record_keys)))
         yield GaugeMetricFamily(f"{ns}_parked_records",
-                                "Marked records waiting behind an in-flight record of the same key.",
-                                value=float(h.backlog_in_memory))
+                                "Marked records parked in memory behind an in-flight record of their key "
+                                "(at least once; exactly once, a parked key's records stay in the table).",
+                                value=float(h.parked_records))
         limit = cfg.limits.max_in_flight_records
         if limit is not None:
             yield GaugeMetricFamily(f"{ns}_max_in_flight_records",
@@ -229,8 +234,20 @@ class HarvestCollector(Collector):
             )
 
 
+def blocked_keys_gauge(ns: str, count: int) -> GaugeMetricFamily:
+    """The keys held back by a record Kafka refuses for good (retried, under ``poisonPolicy:
+    block``): the status page and ``/readyz`` name them."""
+    return GaugeMetricFamily(
+        f"{ns}_blocked_keys",
+        "Keys held back by a record Kafka refuses for good, which is retried (poisonPolicy: block, or quarantine "
+        "before maxDeliveryAttempts): the status page and /readyz name them.",
+        value=float(count),
+    )
+
+
 def watch_gauges(ns: str, watch: OutboxWatch | None) -> Iterator[Metric]:
-    """The oldest row's age and the quarantine, as last read (absent while unknown)."""
+    """The oldest row's age, the quarantine and the clean-up horizon, as last read (absent
+    while unknown)."""
     if watch is None:
         return
     if watch.age is not None:
@@ -239,6 +256,26 @@ def watch_gauges(ns: str, watch: OutboxWatch | None) -> Iterator[Metric]:
             "Age of the oldest row in the outbox (the smallest id's create_time, set in the writer's "
             "transaction), 0 when it is empty; read every metrics.ageInterval, leader or standby.",
             value=watch.age,
+        )
+    horizon = watch.horizon
+    if horizon is not None and horizon.age_seconds is not None:
+        # One series, labelled with the session that holds the horizon (its id only: the
+        # status page says what it runs), none when nothing old is held.
+        age = GaugeMetricFamily(
+            f"{ns}_cleanup_horizon_age_seconds",
+            "How long the oldest snapshot the database keeps the outbox's dead rows for has been held (a long "
+            "transaction, a snapshot left open, a prepared transaction), labelled with its holder; read every "
+            "metrics.ageInterval. While it lasts the table grows and marks read through dead rows.",
+            labels=["holder"],
+        )
+        age.add_metric([horizon.holder.split(" (")[0]], horizon.age_seconds)
+        yield age
+    if horizon is not None and horizon.behind is not None:
+        yield GaugeMetricFamily(
+            f"{ns}_cleanup_horizon_behind",
+            "How far the database's clean-up is held back: PostgreSQL, transactions since the oldest snapshot "
+            "(age(xmin)); MariaDB/MySQL, InnoDB's history list length (server-wide).",
+            value=float(horizon.behind),
         )
     if watch.quarantined is not None:
         yield GaugeMetricFamily(

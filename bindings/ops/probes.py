@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pyharvest.core.engine.lifecycle import State
@@ -10,7 +11,7 @@ if TYPE_CHECKING:
     from pyharvest.core.engine.harvest import HarvestEngine
     from pyharvest.core.engine.sharded import ShardedHarvestEngine
 
-__all__ = ["health_report", "liveness_report"]
+__all__ = ["blocked_report", "health_report", "leader_report", "liveness_report"]
 
 
 def liveness_report(harvest: HarvestEngine | ShardedHarvestEngine) -> tuple[bool, dict[str, Any]]:
@@ -20,8 +21,48 @@ def liveness_report(harvest: HarvestEngine | ShardedHarvestEngine) -> tuple[bool
     return alive, {"status": "alive" if alive else "stopped", "state": state.value}
 
 
+def blocked_report(harvest: HarvestEngine | ShardedHarvestEngine) -> tuple[int, list[dict[str, Any]]]:
+    """``(count, keys)``: how many keys a record Kafka refuses for good holds back, and the
+    longest blocked of them (at most 100) as JSON."""
+    keys = [
+        {
+            "key": b.key,
+            "topic": b.topic,
+            "record_id": b.record_id,
+            "error": b.error,
+            "attempts": b.attempts,
+            "since": datetime.fromtimestamp(b.since, UTC).isoformat(),
+            **({"shard": b.shard} if b.shard is not None else {}),
+        }
+        for b in harvest.blocked_keys
+    ]
+    return max(harvest.blocked_key_count, len(keys)), keys
+
+
+def leader_report(harvest: HarvestEngine | ShardedHarvestEngine) -> dict[int, dict[str, Any] | None]:
+    """Who leads each shard this process does not, as JSON (None: not read yet): the leader
+    topic's last heartbeat names its sender, read at most every few seconds and only when asked
+    (:mod:`pyharvest.core.election.leader_watch`)."""
+    leaders = getattr(harvest, "leaders", None)
+    seen = leaders() if callable(leaders) else {}
+    return {
+        shard: None if s is None else {
+            "name": s.sender.name,
+            "host": s.sender.host or None,
+            "pid": s.sender.pid,
+            "instance_id": s.sender.instance_id or None,
+            "last_heartbeat_seconds_ago": round(s.age, 1),
+            "text": s.sender.describe(),
+        }
+        for shard, s in sorted(seen.items())
+    }
+
+
 def health_report(harvest: HarvestEngine | ShardedHarvestEngine) -> tuple[bool, dict[str, Any]]:
-    """``(ready, body)`` for ``/readyz``; ``body["down"]`` lists what is not up."""
+    """``(ready, body)`` for ``/readyz``; ``body["down"]`` lists what is not up. A key held
+    back by a poison record does not make the process unready (it serves every other key: a
+    restart would not help), but ``body["degraded"]`` says so and ``body["blocked_keys"]``
+    names them."""
     health = harvest.health()
     down = []
     if not health.running:
@@ -50,4 +91,12 @@ def health_report(harvest: HarvestEngine | ShardedHarvestEngine) -> tuple[bool, 
         errors["database"] = health.database_error
     if errors:
         body["errors"] = errors
+    led_by = leader_report(harvest)
+    if led_by:  # a standby (of some shards): who leads them
+        body["led_by"] = {str(shard): who for shard, who in led_by.items()}
+    count, keys = blocked_report(harvest)
+    body["degraded"] = bool(count)
+    if count:
+        body["blocked_key_count"] = count
+        body["blocked_keys"] = keys
     return health.ready, body

@@ -1,15 +1,18 @@
 """The operations HTTP server: the status page, ``/metrics`` (Prometheus), ``/healthz`` and ``/readyz``.
 
-* ``/`` — the status page (:mod:`.status_page`): the process, its role for each shard, backlog
-  and lag, publish rate and latency over the last minutes, quarantined keys with the commands
-  that release them. ``Accept: application/json`` gets the same as JSON, as does ``/status``.
+* ``/`` — the status page (:mod:`.status_page`): the process, its role for each shard, the keys
+  held back by delivery errors, quarantined keys with the commands that release them, backlog
+  and lag, publish rate and latency over the last minutes. ``Accept: application/json`` gets the
+  same as JSON, as does ``/status``.
 
 * ``/healthz`` — liveness: 200 while the harvester is starting, running or stopping; 503 once
   it has stopped (crashed or stopped), so an orchestrator restarts the process.
 * ``/readyz`` — readiness: 200 while :meth:`HarvestEngine.health` says ready (running, and neither
   the broker nor the database known to be unreachable), leader or standby alike; 503
   otherwise. Both answer a JSON body saying what is up and what is down; ``/readyz``'s
-  includes whether the change feed (PostgreSQL's ``LISTEN`` connection) is connected.
+  includes whether the change feed (PostgreSQL's ``LISTEN`` connection) is connected, and
+  ``"degraded": true`` with ``blocked_keys`` while a record Kafka refuses for good holds keys
+  back (still 200: every other key is served, and a restart would not help).
 * ``/metrics`` — the Prometheus exposition (OpenMetrics when the scraper asks for it).
 
 None of them waits on the database or the broker: they read the harvester's last known state

@@ -18,8 +18,15 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from pyharvest.bindings.ops.collector import _COUNTERS, _copy_dict, client_restarts, log, watch_gauges
-from pyharvest.bindings.ops.latency import HISTOGRAMS, PUBLISH_LATENCY, histograms_of, publish_buckets
+from pyharvest.bindings.ops.collector import (
+    _COUNTERS,
+    _copy_dict,
+    blocked_keys_gauge,
+    client_restarts,
+    log,
+    watch_gauges,
+)
+from pyharvest.bindings.ops.histograms import HISTOGRAMS, PUBLISH_LATENCY, histograms_of, publish_buckets
 from pyharvest.bindings.ops.periodic import Periodic
 
 if TYPE_CHECKING:
@@ -88,6 +95,7 @@ class ShardedHarvestCollector(Collector):
         health = h.health()
         yield GaugeMetricFamily(f"{ns}_running", "1 while the harvester runs.", value=1.0 if health.running else 0.0)
         yield GaugeMetricFamily(f"{ns}_ready", "1 while /readyz answers 200.", value=1.0 if health.ready else 0.0)
+        yield blocked_keys_gauge(ns, h.blocked_key_count)
         if health.broker_connected is not None:
             yield GaugeMetricFamily(f"{ns}_broker_connected", "1 while the leader group's client reaches a broker.",
                                     value=1.0 if health.broker_connected else 0.0)

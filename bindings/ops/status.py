@@ -1,8 +1,8 @@
 """What the status page shows, as one JSON-able mapping: ``GET /`` with ``Accept:
 application/json``, or ``GET /status``; :mod:`.status_page` renders the same as HTML.
 
-Everything comes from what the process already knows (the engine's state, the last count of
-the backlog, the last read of the age and the quarantine): building it never waits on the
+Everything comes from what the process already knows (the engine's state and the keys it holds
+back, the last count of the backlog, the last read of the age and the quarantine): building it never waits on the
 database or the broker.
 """
 
@@ -15,7 +15,7 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pyharvest.bindings.ops.probes import health_report
+from pyharvest.bindings.ops.probes import blocked_report, health_report
 from pyharvest.bindings.ops.watch import harvest_engines
 from pyharvest.core.config.settings import mask_data_source
 from pyharvest.core.engine.sharded import ShardedHarvestEngine
@@ -70,6 +70,8 @@ def status_report(ops: Served) -> dict[str, Any]:
     harvest, watch, backlog = ops.harvest, ops.watch, ops.backlog
     cfg = harvest.config
     ready, health = health_report(harvest)
+    led_by = {int(shard): who for shard, who in health.get("led_by", {}).items()}
+    blocked_count, blocked = blocked_report(harvest)
     shards: list[dict[str, Any]] = []
     if isinstance(harvest, ShardedHarvestEngine):
         engines = harvest.engines
@@ -79,6 +81,7 @@ def status_report(ops: Served) -> dict[str, Any]:
             shards.append({
                 "shard": shard,
                 "role": "leader" if engine is not None and engine.is_leader else "standby",
+                **({"led_by": led_by[shard]} if shard in led_by else {}),
                 "in_flight_records": engine.in_flight_records if engine is not None else 0,
                 "backlog_records": counts.get(shard),
             })
@@ -88,6 +91,7 @@ def status_report(ops: Served) -> dict[str, Any]:
         shards.append({
             "shard": 0,
             "role": "leader" if harvest.is_leader else "standby",
+            **({"led_by": led_by[0]} if 0 in led_by else {}),
             "in_flight_records": harvest.in_flight_records,
             "backlog_records": backlog_total,
         })
@@ -120,13 +124,17 @@ def status_report(ops: Served) -> dict[str, Any]:
             "delivery": cfg.delivery,
             "poison_policy": cfg.poison_policy,
         },
-        "status": health["status"],
+        "status": "degraded" if ready and blocked_count else health["status"],
         "ready": ready,
+        "degraded": bool(blocked_count),
+        "blocked_key_count": blocked_count,
+        "blocked_keys": blocked,
         "health": health,
         "shards": shards,
         "backlog_records": backlog_total,
         "backlog_interval_seconds": backlog.interval if backlog is not None else None,
         "oldest_record_age_seconds": watch.age if watch is not None else None,
+        "cleanup_horizon": _horizon(watch.horizon if watch is not None else None),
         "records_published_total": sum(m.records_purged for m in metrics),
         "records_quarantined_total": sum(m.records_quarantined for m in metrics),
         "quarantined": quarantined,
@@ -142,3 +150,11 @@ def status_report(ops: Served) -> dict[str, Any]:
         ],
         "sample_interval_seconds": watch.interval if watch is not None else None,
     }
+
+
+def _horizon(horizon: Any) -> dict[str, Any] | None:
+    """The clean-up horizon as the status page shows it; None while unknown."""
+    if horizon is None:
+        return None
+    return {"holder": horizon.holder, "age_seconds": horizon.age_seconds, "behind": horizon.behind,
+            "behind_unit": horizon.behind_unit}

@@ -7,6 +7,9 @@ binding's optional extras:
   row with the smallest id), for ``pyharvest_oldest_record_age_seconds``;
 * the quarantined keys (``quarantined()``, with ``poisonPolicy: quarantine``), for
   ``pyharvest_quarantined_records`` and the status page;
+* the database's clean-up horizon (``cleanup_horizon()``: who holds the oldest snapshot the
+  outbox's dead rows are kept for, and for how long), for
+  ``pyharvest_cleanup_horizon_age_seconds`` and the status page;
 
 and keeps a short history of the publish rate, the publish latency and the age for the status
 page's chart. Reading on a timer, not at scrape time, keeps a scrape from waiting on the
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from pyharvest.bindings.ops.latency import LatencyDistribution
+from pyharvest.bindings.ops.histograms import LatencyDistribution
 from pyharvest.bindings.ops.periodic import Periodic
 from pyharvest.core.telemetry.logs import one_line
 
@@ -94,6 +97,8 @@ class OutboxWatch(Periodic):
         self.age: float | None = None
         #: The quarantine's rows (``QuarantinedKey``), oldest first; [] without a quarantine.
         self.quarantined: list[Any] | None = None
+        #: The database's clean-up horizon (a ``CleanupHorizon``); None while unknown.
+        self.horizon: Any | None = None
         self.history: deque[Sample] = deque(maxlen=history)
         self._failures = 0
         self._last: tuple[float, int, LatencyDistribution | None] | None = None
@@ -102,7 +107,8 @@ class OutboxWatch(Periodic):
 
 
     def read_once(self) -> None:
-        """Read the age and the quarantine now, and add a sample to the history."""
+        """Read the age, the quarantine and the clean-up horizon now, and add a sample to the
+        history."""
         binding = outbox_binding(self._harvest)
         now = self._clock()
         self.age = self._read(binding, "oldest_create_time", lambda oldest: _age(oldest, now))
@@ -110,6 +116,7 @@ class OutboxWatch(Periodic):
             self.quarantined = self._read(binding, "quarantined", list)
         else:
             self.quarantined = [] if binding is not None else None
+        self.horizon = self._read(binding, "cleanup_horizon", lambda horizon: horizon)
         self._sample(now)
 
     def _read(self, binding: object | None, method: str, convert: Callable[[Any], Any]) -> Any:

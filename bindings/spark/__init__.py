@@ -7,7 +7,7 @@
 * ``spark.readStream.format("pyharvest.kafka")``: Kafka topics as a stream, through
   confluent-kafka; a fallback where the connector's jars cannot be fetched.
 * :class:`ExactlyOnceSink`: a ``foreachBatch`` function applying each micro-batch to a
-  database exactly once.
+  database exactly once; :func:`insert_rows`, a bulk insert for its ``apply``.
 
 Call :func:`register` once per session. See ``docs/spark.md``.
 """
@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyharvest.bindings.spark.connector import KAFKA_CONNECTOR, kafka_package
-    from pyharvest.bindings.spark.exactly_once import OUTBOX_HEADER, RECORD_ID_HEADER, ExactlyOnceSink
     from pyharvest.bindings.spark.kafka_source import KafkaDataSource
     from pyharvest.bindings.spark.outbox_writer import OutboxDataSource, StagedPartition, WriteJobError
     from pyharvest.bindings.spark.registration import register
+    from pyharvest.bindings.spark.sink import OUTBOX_HEADER, RECORD_ID_HEADER, ExactlyOnceSink, insert_rows
     from pyharvest.bindings.spark.staging import drop_stale_staging
 
 # Imported on first use: Spark's Python workers import this package to unpickle a task's
@@ -38,9 +38,10 @@ if TYPE_CHECKING:
 _HOMES = {
     "KAFKA_CONNECTOR": "connector",
     "kafka_package": "connector",
-    "OUTBOX_HEADER": "exactly_once",
-    "RECORD_ID_HEADER": "exactly_once",
-    "ExactlyOnceSink": "exactly_once",
+    "OUTBOX_HEADER": "sink",
+    "RECORD_ID_HEADER": "sink",
+    "ExactlyOnceSink": "sink",
+    "insert_rows": "sink",
     "KafkaDataSource": "kafka_source",
     "OutboxDataSource": "outbox_writer",
     "StagedPartition": "outbox_writer",
@@ -71,6 +72,7 @@ __all__ = [
     "StagedPartition",
     "WriteJobError",
     "drop_stale_staging",
+    "insert_rows",
     "kafka_package",
     "register",
 ]

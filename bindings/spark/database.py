@@ -1,6 +1,6 @@
 """Database access shared by the Spark writer and the exactly-once sink: engines and quoting.
 What differs between databases (bulk writes, upserts, staging tables) is asked of the
-dialect plugin (:attr:`Database.plugin`), never decided from the database's name.
+dialect (:attr:`Database.dialect`), never decided from the database's name.
 
 Everything here runs in Spark's Python workers as well as on the driver, so it keeps no
 global state beyond a per-process engine cache (workers are reused across tasks).
@@ -21,7 +21,7 @@ __all__ = ["Database"]
 
 
 class Database:
-    """An engine for one data source, its dialect plugin, and quoting for the SQL we generate.
+    """An engine for one data source, its dialect, and quoting for the SQL we generate.
 
     Connections are not pooled across tasks (``NullPool``): a Spark job opens one connection
     per task, and idle pooled connections in long-lived Python workers would only pin server
@@ -32,10 +32,10 @@ class Database:
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, url: str, binding: str | None = None) -> None:
-        sa_url, plugin = resolve(url, binding)
+        sa_url, dialect = resolve(url, binding)
         self.display_url = mask_url(url)
-        self.plugin = plugin
-        self.engine: sa.Engine = create_engine(sa_url, plugin, poolclass=NullPool)
+        self.dialect = dialect
+        self.engine: sa.Engine = create_engine(sa_url, dialect, poolclass=NullPool)
         self.preparer = self.engine.dialect.identifier_preparer
 
     @classmethod

@@ -28,9 +28,9 @@ from pyharvest.bindings.spark.kafka_options import KafkaOptions, parse_kafka_opt
 from pyharvest.core.errors import ConfigError
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python sources
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 except ImportError:  # pragma: no cover - Spark 4.0/4.1
-    ReadLimit = ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
+    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
 
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         pass

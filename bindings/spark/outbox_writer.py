@@ -55,9 +55,6 @@ __all__ = ["OutboxDataSource", "OutboxWriter", "StagedPartition", "WriteJobError
 
 log = logging.getLogger("pyharvest.spark")
 
-_STAGED_OUTBOX_COLUMNS = [PARTITION, ATTEMPT, SEQ, *PAYLOAD_COLUMNS]
-
-
 def _outbox_columns(key_hash: bool) -> list[str]:
     """What the tasks stage and the commit moves: the payload, and the key hash where the outbox has it."""
     return [*PAYLOAD_COLUMNS, *([KEY_HASH] if key_hash else [])]
@@ -114,7 +111,7 @@ class OutboxWriter(DataSourceArrowWriter):
     def plan(cls, options: WriterOptions) -> OutboxWriter:
         db = Database(options.url, options.binding)
         try:
-            layout = check_table(db.engine, options.outbox, db.plugin)
+            layout = check_table(db.engine, options.outbox, db.dialect)
             if layout != NATIVE:
                 raise BindingError(
                     f"outbox table {options.outbox} has the {layout!r} layout; the Spark writer supports the "
@@ -164,12 +161,12 @@ class OutboxWriter(DataSourceArrowWriter):
         # The target's copies the target's types, known here by column names only.
         stage_outbox = BulkInsert(outbox_staging_table(self.outbox_staging, self.key_hash),
                                   [PARTITION, ATTEMPT, SEQ, *_outbox_columns(self.key_hash)],
-                                  exact_types=True, dialect=db.plugin)
+                                  exact_types=True, dialect=db.dialect)
         stage_target = None
         if self.target_staging is not None:
             target_columns = [PARTITION, ATTEMPT, SEQ, *o.columns]
             stage_target = BulkInsert(target_staging_table(self.target_staging, o.columns), target_columns,
-                                      dialect=db.plugin)
+                                      dialect=db.dialect)
         seq0 = first_seq(partition)
         n_out = n_target = 0
         with db.engine.begin() as conn:
@@ -196,9 +193,9 @@ class OutboxWriter(DataSourceArrowWriter):
         o = self.options
         db = Database(o.url, o.binding)
         try:
-            transactional_ddl = db.plugin.capabilities.transactional_ddl
+            transactional_ddl = db.dialect.capabilities.transactional_ddl
             with db.engine.begin() as conn:
-                for statement in db.plugin.bulk_move_statements():  # e.g. room for the move's sort
+                for statement in db.dialect.bulk_move_statements():  # e.g. room for the move's sort
                     conn.exec_driver_sql(statement)
                 if self.target_staging is not None and o.target is not None:
                     self._move_target(conn, db, staged)
@@ -324,10 +321,10 @@ def _target_move(
     order = [src.c[SEQ]]
     if not keys:
         return sa.insert(dst).from_select(list(columns), source.order_by(*order))
-    upsert = db.plugin.upsert_from_select(dst, source, keys, order)
+    upsert = db.dialect.upsert_from_select(dst, source, keys, order)
     if upsert is None:
         raise ConfigError(
             "target_key_columns",
-            f"dialect {db.plugin.name!r} does not support upserts; omit target_key_columns to insert",
+            f"dialect {db.dialect.name!r} does not support upserts; omit target_key_columns to insert",
         )
     return upsert

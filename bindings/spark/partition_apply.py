@@ -19,7 +19,7 @@ once. Without it, the replay must split the batch the same way (the Kafka source
 the DataFrame is reshuffled on the way); a partition whose message count differs from the
 first time fails with an error rather than guess.
 
-The driver (:class:`~pyharvest.bindings.spark.exactly_once.ExactlyOnceSink`) runs the tasks
+The driver (:class:`~pyharvest.bindings.spark.sink.ExactlyOnceSink`) runs the tasks
 through ``mapInArrow`` (:mod:`.sink_tasks`: the Arrow batches of each partition go straight to
 the task's Python worker, nothing is collected) and, once all of them succeeded, records the
 batch itself.
@@ -111,7 +111,7 @@ class PartitionApply:
                 earlier: set[str] = set()
                 for chunk in chain((first,), chunks):
                     n += chunk.num_rows
-                    kept.append(self.drop_seen(conn, db.plugin, chunk, applied_at, earlier) if self.dedupe else chunk)
+                    kept.append(self.drop_seen(conn, db.dialect, chunk, applied_at, earlier) if self.dedupe else chunk)
                 batch = pa.Table.from_batches(kept)
                 if batch.num_rows:
                     self.apply(conn, batch)

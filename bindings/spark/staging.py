@@ -107,7 +107,7 @@ def target_staging_table(name: TableName, columns: list[str]) -> sa.Table:
 
 
 def _create(db: Database, conn: sa.Connection, table: sa.Table) -> None:
-    db.plugin.staging_table(table).create(conn)
+    db.dialect.staging_table(table).create(conn)
 
 
 def create_outbox_staging(db: Database, name: TableName, key_hash: bool = False) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -14,13 +15,22 @@ from typing import Any
 import sqlalchemy as sa
 
 from pyharvest.bindings.sql.change_feed import OutboxChangeFeed
+from pyharvest.bindings.sql.mark_cursor import LateRowScanner, MarkCursor
 from pyharvest.bindings.sql.quarantine import QuarantinedKey, QuarantineTable
 from pyharvest.bindings.sql.schema import init_db_command, missing_table, table_missing
 from pyharvest.bindings.sql.shard_schema import check_shardable
 from pyharvest.bindings.sql.statements import OutboxStatements
+from pyharvest.core.errors import TableLockedError
 from pyharvest.core.outbox.records import OutboxRecord
 from pyharvest.core.ports.database import QuarantineEntry
-from pyharvest.plugins.api import Dialect, MalformedRowError, MarkStrategy, OutboxTable
+from pyharvest.plugins.api import (
+    CleanupHorizon,
+    Dialect,
+    MalformedRowError,
+    MarkStrategy,
+    OutboxTable,
+    is_lock_timeout,
+)
 
 __all__ = ["ID_BATCH", "MalformedRowHandler", "SqlBinding"]
 
@@ -64,16 +74,42 @@ class SqlBinding:
         display_url: str = "",
         quarantine: QuarantineTable | None = None,
         change_feed: OutboxChangeFeed | None = None,
+        lock_timeout: float | None = None,
+        init_db: str | None = None,
+        mark_lookback: float = 0.0,
+        late_row_scan_interval: float = 5.0,
+        late_rows: LateRowScanner | None = None,
     ) -> None:
         self.engine = engine
+        #: Seconds the engine's sessions wait for a lock (``limits.lockTimeout``); None: unbounded.
+        self.lock_timeout = lock_timeout
+        # Each kind of statement's last TableLockedError, until that kind succeeds again: new
+        # rows may be marked while a console's FOR UPDATE keeps in-flight rows from their purge.
+        self._lock_errors: dict[str, TableLockedError] = {}
+        #: The ``reaper init-db`` command a missing or unsharded table's error advises, as the
+        #: harvester's configuration gives it (``reaper init-db -f reaper.yaml``); None spells out
+        #: the data source.
+        self.init_db = init_db
         self.outbox = outbox
         self.dialect = dialect
         self.quarantine_table: QuarantineTable | None = None
         self._quarantine_lock = threading.Lock()
         self._custom_marker = marker is not None
         self.marker = marker or dialect.mark_strategy(outbox)
+        self._late_row = self._late_row_statement(outbox)
         if quarantine is not None:
             self._enable_quarantine(quarantine)
+        #: Marks start past what their leader id marked ``mark_lookback`` seconds ago
+        #: (``limits.markLookback``; 0: every mark from the lowest id), where the strategy
+        #: takes a start (``after``): see :mod:`pyharvest.bindings.sql.mark_cursor`.
+        self.cursor: MarkCursor | None = None
+        self.late_rows = late_rows
+        if mark_lookback > 0 and "after" in inspect.signature(self.marker.mark).parameters:
+            self.cursor = MarkCursor(mark_lookback)
+            if self.late_rows is None and not dialect.capabilities.commits_in_id_order:
+                self.late_rows = LateRowScanner(engine, late_row_scan_interval, str(outbox.name))
+        self._mark_lookback, self._late_row_scan_interval = mark_lookback, late_row_scan_interval
+        self._scanned = False  # whether the late-row scanner looks below this binding's cursor
         self.on_malformed = on_malformed
         self.malformed_rows = 0
         self._display_url = display_url
@@ -95,14 +131,16 @@ class SqlBinding:
         ``shards`` (the table needs the key hash column: ``reaper init-db --shards N``).
         Disposing it leaves the engine to this binding."""
         if shards not in self._shardable:
-            init_db = init_db_command(self.engine, self.outbox.name, f" --shards {shards}")
+            init_db = init_db_command(self.engine, self.outbox.name, f" --shards {shards}", init_db=self.init_db)
             check_shardable(self.engine, self.outbox, self.dialect, shards, init_db)
             self._shardable.add(shards)
         shard_filter = functools.partial(self.dialect.shard_filter, shards=shards, shard=shard)
         outbox = self.outbox.where(shard_filter)
         part = SqlBinding(
             self.engine, outbox, self.dialect, on_malformed=self.on_malformed, display_url=self._display_url,
-            quarantine=self.quarantine_table, change_feed=self.change_feed,
+            quarantine=self.quarantine_table, change_feed=self.change_feed, lock_timeout=self.lock_timeout,
+            init_db=self.init_db, mark_lookback=self._mark_lookback,
+            late_row_scan_interval=self._late_row_scan_interval, late_rows=self.late_rows,
         )
         part._owns_engine = False
         # The shard's backlog, counted through its index.
@@ -115,14 +153,34 @@ class SqlBinding:
             f"layout={self.outbox.layout!r}, url={self._display_url!r})"
         )
 
+    @staticmethod
+    def _late_row_statement(marking: OutboxTable) -> sa.Select[Any]:
+        """The lowest id at or below ``:floor`` that a mark under ``:leader_id`` would take:
+        what :class:`~pyharvest.bindings.sql.mark_cursor.LateRowScanner` asks (a plain read,
+        no lock)."""
+        leader = sa.bindparam("leader_id", type_=marking.leader_id.type)
+        floor = sa.bindparam("floor", type_=marking.id.type)
+        return sa.select(sa.func.min(marking.id)).where(marking.id <= floor, marking.unmarked_by(leader))
+
     def mark(self, leader_id: str, limit: int) -> list[OutboxRecord]:
         if limit <= 0:
             return []
+        cursor, after = self.cursor, 0
         with self.engine.connect() as conn:
             try:
-                rows = self.marker.mark(conn, leader_id, limit)
+                if cursor is None:
+                    rows = self.marker.mark(conn, leader_id, limit)
+                else:
+                    after = cursor.start(leader_id)
+                    rows = self.marker.mark(conn, leader_id, limit, after=after)
             except sa.exc.DBAPIError as e:
-                raise self._explained(e) from e
+                raise self._explained(e, "mark") from e
+        self._lock_errors.pop("mark", None)
+        if cursor is not None:
+            cursor.marked(leader_id, after, limit, len(rows), max((row[0] for row in rows), default=after))
+            if not self._scanned and self.late_rows is not None:
+                self._scanned = True
+                self.late_rows.add(cursor, lambda: self._late_row)
         decode = self.outbox.decode
         records: list[OutboxRecord] = []
         append = records.append
@@ -147,19 +205,28 @@ class SqlBinding:
         return self._by_ids(self._purge, ids)
 
     def reset(self, ids: Sequence[int], leader_id: str | None = None) -> int:
+        if self.cursor is not None and ids:
+            # Unmarked again below the cursor: the next mark under that leader id starts there.
+            self.cursor.rewind(leader_id, min(ids) - 1)
         if leader_id is None:
-            return self._by_ids(self._reset, ids)
-        return self._by_ids(self._reset_own, ids, {"own_leader_id": leader_id})
+            return self._by_ids(self._reset, ids, what="reset")
+        return self._by_ids(self._reset_own, ids, {"own_leader_id": leader_id}, what="reset")
 
-    def _by_ids(self, statement: sa.Executable, ids: Sequence[int], extra: dict[str, Any] | None = None) -> int:
+    def _by_ids(
+        self, statement: sa.Executable, ids: Sequence[int], extra: dict[str, Any] | None = None, what: str = "purge"
+    ) -> int:
         if not ids:
             return 0
         total = 0
         it = iter(ids)
-        with self.engine.begin() as conn:
-            while chunk := list(islice(it, self._id_batch)):
-                result: Any = conn.execute(statement, {"ids": chunk, **(extra or {})})
-                total += result.rowcount
+        try:
+            with self.engine.begin() as conn:
+                while chunk := list(islice(it, self._id_batch)):
+                    result: Any = conn.execute(statement, {"ids": chunk, **(extra or {})})
+                    total += result.rowcount
+        except sa.exc.DBAPIError as e:
+            raise self._explained(e, what) from e
+        self._lock_errors.pop(what, None)
         return total
 
     # ------------------------------------------------------------------ quarantine
@@ -168,7 +235,9 @@ class SqlBinding:
         self.quarantine_table = q
         if not self._custom_marker:
             # One attribute assignment: a mark already running finishes with the old statement.
-            self.marker = self.dialect.mark_strategy(self.outbox.where(q.row_filter))
+            marking = self.outbox.where(q.row_filter)
+            self.marker = self.dialect.mark_strategy(marking)
+            self._late_row = self._late_row_statement(marking)
 
     def enable_quarantine(self) -> QuarantineTable:
         """Create the quarantine table if missing and make marks skip quarantined keys."""
@@ -229,6 +298,12 @@ class SqlBinding:
             oldest: datetime | None = conn.execute(self._oldest).scalar()
             return oldest
 
+    def cleanup_horizon(self) -> CleanupHorizon | None:
+        """Who holds the database's clean-up back, and for how long (the dialect's
+        ``pyharvest_cleanup_horizon``); None where the database does not say."""
+        with self.engine.connect() as conn:
+            return self.dialect.cleanup_horizon(conn)
+
     def ping(self) -> None:
         """``SELECT 1``, then a look at the outbox table that reads no row: raises if the
         database does not answer, :class:`~pyharvest.core.errors.TableNotFoundError` if the
@@ -240,14 +315,41 @@ class SqlBinding:
             except sa.exc.DBAPIError as e:
                 raise self._explained(e) from e
 
-    def _explained(self, error: sa.exc.DBAPIError) -> Exception:
+    @property
+    def lock_error(self) -> TableLockedError | None:
+        """Why the binding's marks, purges or resets cannot go on: the last
+        :class:`~pyharvest.core.errors.TableLockedError` of a kind of statement that has not
+        succeeded since; None while none waits on a lock. What readiness reports
+        (:class:`~pyharvest.core.telemetry.health.DatabaseProbe`)."""
+        errors = list(self._lock_errors.values())
+        return errors[-1] if errors else None
+
+    def _explained(self, error: sa.exc.DBAPIError, what: str = "") -> Exception:
         """``error``, or the missing table's error (with its ``init-db`` hint, as at start) when
-        that is what it was: asked of the database, not read from the driver's message. Only
-        for a statement that failed on a connection that worked: a database that does not
-        answer is not asked again."""
-        if not error.connection_invalidated and table_missing(self.engine, self.outbox.name):
-            return missing_table(self.engine, self.outbox.name, self.dialect)
+        that is what it was: asked of the database, not read from the driver's message; or,
+        for a statement that waited too long for a lock, the error naming who holds locks on
+        the table. Only for a statement that failed on a connection that worked: a database
+        that does not answer is not asked again."""
+        if error.connection_invalidated:
+            return error
+        if is_lock_timeout(self.dialect.capabilities, error):
+            locked = self._locked()
+            if what:
+                self._lock_errors[what] = locked
+            return locked
+        if table_missing(self.engine, self.outbox.name):
+            return missing_table(self.engine, self.outbox.name, self.dialect, init_db=self.init_db)
         return error
+
+    def _locked(self) -> TableLockedError:
+        waited = self.lock_timeout or 0.0
+        try:
+            with self.engine.connect() as conn:
+                holders = self.dialect.lock_holders(conn, self.outbox.name, older_than=waited)
+        except sa.exc.SQLAlchemyError as e:  # the database would not say: the error says so
+            log.debug("could not ask who holds locks on %s: %s", self.outbox.name, e)
+            holders = []
+        return TableLockedError(str(self.outbox.name), waited, tuple(h.describe() for h in holders))
 
     # ------------------------------------------------------------------ change feed
 
@@ -263,5 +365,7 @@ class SqlBinding:
 
     def dispose(self) -> None:
         if self._owns_engine:
+            if self.late_rows is not None:
+                self.late_rows.close()
             self.change_feed.close()
             self.engine.dispose()

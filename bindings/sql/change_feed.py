@@ -6,6 +6,10 @@ the stasher's notifications and wakes every watcher (the engines of the outbox's
 it). When the connection fails it is reopened, with a growing pause, and the watchers are woken
 once it is back, since a notification may have been missed meanwhile. Until then the engines
 poll: nothing is lost, a lone record just waits up to one ``maxMarkBackoff``.
+
+Where the dialect cannot listen, the feed listens for the stasher's wake-up datagrams instead,
+if ``PYHARVEST_WAKE_ADDRESS`` is set (:mod:`pyharvest.bindings.sql.wake_datagrams`): the same
+thread, the same wake-ups, a UDP socket in place of the connection.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
+from pyharvest.bindings.sql.wake_datagrams import datagram_listener
 from pyharvest.core.telemetry.logs import one_line
 from pyharvest.plugins.api import Dialect, Listener, ListenerFactory, TableName
 
@@ -34,7 +39,8 @@ class OutboxChangeFeed:
 
     def __init__(self, engine: sa.Engine, dialect: Dialect, table: TableName) -> None:
         self.table = table
-        self._factory: ListenerFactory | None = dialect.listener(engine, table)
+        # The database's own notifications where it has them, else datagrams if configured.
+        self._factory: ListenerFactory | None = dialect.listener(engine, table) or datagram_listener(table)
         self._watchers: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None

@@ -1,4 +1,4 @@
-"""From a data-source string to a dialect plugin and a SQLAlchemy engine."""
+"""From a data-source string to a dialect and a SQLAlchemy engine."""
 
 from __future__ import annotations
 
@@ -16,34 +16,34 @@ __all__ = ["POOL_SIZE", "create_engine", "load_driver", "resolve"]
 POOL_SIZE = 2
 
 
-def resolve(data_source: str, dialect: str | None = None) -> tuple[sa.URL, Dialect]:
-    """The SQLAlchemy URL and the dialect plugin for a data source.
+def resolve(data_source: str, dialect_name: str | None = None) -> tuple[sa.URL, Dialect]:
+    """The SQLAlchemy URL and the dialect for a data source, ``dialect_name``'s if given.
 
     Without a dialect name, a libpq ``key=value`` string means PostgreSQL (as in goharvest)
     and a URL means the dialect serving its backend (``mariadb`` → ``mysql``).
     """
     if not isinstance(data_source, str) or not data_source.strip():
         raise ConfigError("dataSource", "expected a SQLAlchemy URL or a libpq key=value string")
-    if dialect is None:
+    if dialect_name is None:
         if is_libpq_dsn(data_source):
-            dialect = LIBPQ_DIALECT
+            dialect_name = LIBPQ_DIALECT
         else:
-            dialect = dialect_for_backend(_parse(data_source).get_backend_name())
-    plugin = load_dialect(dialect)
+            dialect_name = dialect_for_backend(_parse(data_source).get_backend_name())
+    dialect = load_dialect(dialect_name)
     text = data_source
     if is_libpq_dsn(data_source):
         try:
-            converted = plugin.normalize_data_source(data_source)
+            converted = dialect.normalize_data_source(data_source)
         except ValueError as e:
             raise ConfigError("dataSource", f"{e}: {mask_url(data_source)}") from None
         if converted is None:
             raise ConfigError(
                 "dataSource",
-                f"dialect {plugin.name!r} does not accept key=value data sources; give a SQLAlchemy URL "
+                f"dialect {dialect.name!r} does not accept key=value data sources; give a SQLAlchemy URL "
                 f"(got {mask_url(data_source)})",
             )
         text = converted
-    return _parse(text), plugin
+    return _parse(text), dialect
 
 
 def _parse(text: str) -> sa.URL:
@@ -55,13 +55,13 @@ def _parse(text: str) -> sa.URL:
         ) from None
 
 
-def load_driver(url: sa.URL, plugin: Dialect) -> None:
+def load_driver(url: sa.URL, dialect: Dialect) -> None:
     """Import the data source's driver, as creating its engine does; a driver SQLAlchemy does
     not know is a :class:`ConfigError`, one not installed a :class:`BindingError` saying which
     package to install (from the dialect's ``driver_packages``)."""
     shown = url.render_as_string(hide_password=True)
     backend = url.get_backend_name()
-    packages = dict(plugin.capabilities.driver_packages)
+    packages = dict(dialect.capabilities.driver_packages)
     try:
         dialect_cls = url.get_dialect()
     except NoSuchModuleError:
@@ -89,11 +89,13 @@ def load_driver(url: sa.URL, plugin: Dialect) -> None:
         ) from None
 
 
-def create_engine(url: sa.URL, plugin: Dialect, **overrides: Any) -> sa.Engine:
-    """An engine with the plugin's options and session hooks and a small pool."""
-    load_driver(url, plugin)  # a missing driver says which package to install
+def create_engine(url: sa.URL, dialect: Dialect, *, lock_timeout: float | None = None, **overrides: Any) -> sa.Engine:
+    """An engine with the dialect's options and session hooks and a small pool; with
+    ``lock_timeout`` (seconds, > 0), each of its sessions waits at most that long for a lock
+    another session holds (the dialect's ``pyharvest_lock_timeout_statements``)."""
+    load_driver(url, dialect)  # a missing driver says which package to install
     options: dict[str, Any] = {"pool_size": POOL_SIZE, "max_overflow": 2, "pool_recycle": 1800}
-    options.update(plugin.engine_options(url))
+    options.update(dialect.engine_options(url))
     options.update(overrides)
     try:
         engine = sa.create_engine(url, **options)
@@ -105,9 +107,20 @@ def create_engine(url: sa.URL, plugin: Dialect, **overrides: Any) -> sa.Engine:
     except (ArgumentError, ImportError) as e:
         raise BindingError(f"cannot create an engine for {url.render_as_string(hide_password=True)}: {e}") from e
 
+    session = dialect.lock_timeout_statements(lock_timeout) if lock_timeout else []
+
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        plugin.on_connect(dbapi_connection, url)
+        dialect.on_connect(dbapi_connection, url)
+        if session:
+            cursor = dbapi_connection.cursor()
+            try:
+                for statement in session:
+                    cursor.execute(statement)
+            finally:
+                cursor.close()
+            # Outside any transaction of the pool's (PostgreSQL's driver opened one for it).
+            dbapi_connection.commit()
 
-    plugin.configure_engine(engine)
+    dialect.configure_engine(engine)
     return engine

@@ -19,7 +19,7 @@ import hashlib
 
 import sqlalchemy as sa
 
-from pyharvest.bindings.sql.grants import Grant, check_grants
+from pyharvest.bindings.sql.component_grants import Grant, check_grants
 from pyharvest.core.errors import BindingError
 from pyharvest.core.outbox.keys import key_hash
 from pyharvest.core.outbox.records import OutboxRecord
@@ -69,21 +69,21 @@ def has_key_hash(engine: sa.Engine | sa.Connection, name: TableName) -> bool:
     return any(c["name"].lower() == KEY_HASH_COLUMN for c in columns)
 
 
-def has_shard_index(engine: sa.Engine, name: TableName, shards: int, plugin: Dialect | None = None) -> bool:
+def has_shard_index(engine: sa.Engine, name: TableName, shards: int, dialect: Dialect | None = None) -> bool:
     from pyharvest.plugins.api import dialect_of
 
-    plugin = plugin or dialect_of(engine)
-    if plugin is None:
+    dialect = dialect or dialect_of(engine)
+    if dialect is None:
         raise BindingError(f"no pyharvest dialect serves {engine.url.get_backend_name()!r}")
     with engine.connect() as conn:
-        return shard_index_name(name, shards).lower() in plugin.index_names(conn, name)
+        return shard_index_name(name, shards).lower() in dialect.index_names(conn, name)
 
 
 def accepts_rows_without_hash(engine: sa.Engine, outbox: OutboxTable) -> bool:
     """Whether the table still takes a row without a key hash: one is inserted, and the
     transaction rolled back either way (what the database does is what matters, whichever
     constraint or trigger its dialect uses)."""
-    probe = outbox.encode(OutboxRecord("pyharvest.probe", "pyharvest.probe", None), OutboxTable.now())
+    probe = outbox.encode(OutboxRecord("pyharvest.probe", "pyharvest.probe", None), OutboxTable.now(), None)
     probe[KEY_HASH_COLUMN] = None
     with engine.connect() as conn:
         trans = conn.begin()
@@ -116,7 +116,7 @@ def fill_key_hashes(engine: sa.Engine, outbox: OutboxTable, batch: int = 1000) -
         after = rows[-1][0]
 
 
-def check_shardable(engine: sa.Engine, outbox: OutboxTable, plugin: Dialect, shards: int, init_db: str) -> None:
+def check_shardable(engine: sa.Engine, outbox: OutboxTable, dialect: Dialect, shards: int, init_db: str) -> None:
     """Refuse a table not ready for ``shards`` shards, naming ``init_db``, the ``reaper init-db
     --shards N`` command that readies it."""
     name = outbox.name
@@ -131,13 +131,13 @@ def check_shardable(engine: sa.Engine, outbox: OutboxTable, plugin: Dialect, sha
             f"outbox table {str(name)!r} has no {KEY_HASH_COLUMN} column, so its rows cannot be placed in "
             f"shards; add it with {fix}"
         )
-    if not has_shard_index(engine, name, shards, plugin):
+    if not has_shard_index(engine, name, shards, dialect):
         raise BindingError(
             f"outbox table {str(name)!r} has no index for {shards} shards ({shard_index_name(name, shards)}), "
             f"so every shard's mark would scan the table; create it with {fix}"
         )
     why = "the start-up check that the table refuses rows without a key hash (one row, rolled back)"
-    check_grants(engine, plugin, [Grant(("INSERT",), outbox.table, why)], "reaper")
+    check_grants(engine, dialect, [Grant(("INSERT",), outbox.table, why)], "reaper")
     if accepts_rows_without_hash(engine, outbox):
         raise BindingError(
             f"outbox table {str(name)!r} still accepts rows without a key hash, which a writer that read the "

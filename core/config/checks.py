@@ -25,7 +25,7 @@ __all__ = ["check_config_types", "check_limits_types", "limits_keywords"]
 
 _STRINGS = (
     "leader_topic", "leader_group_id", "data_source", "outbox_table", "name", "poison_policy", "group_protocol",
-    "delivery", "progress_topic",
+    "delivery", "progress_topic", "instance_id",
 )
 
 
@@ -81,7 +81,7 @@ def check_config_types(config: DataclassInstance) -> None:
             raise ConfigError(name, f"expected a string, got {value!r}")
     binding, identity_headers, shards = (getattr(config, n) for n in ("binding", "identity_headers", "shards"))
     if binding is not None and not isinstance(binding, str):
-        raise ConfigError("binding", f"expected the name of a dialect plugin, got {binding!r}")
+        raise ConfigError("binding", f"expected the name of a dialect, got {binding!r}")
     if not isinstance(identity_headers, bool):
         raise ConfigError("identity_headers", f"expected True or False, got {identity_headers!r}")
     if isinstance(shards, bool) or not isinstance(shards, int):

@@ -29,7 +29,7 @@ class Delivery(StrEnum, metaclass=_Choices):
 
 class PoisonPolicy(StrEnum, metaclass=_Choices):
     """What becomes of a record Kafka refuses for good (``poisonPolicy``): ``block`` retries it
-    with growing pauses, holding its key's later records; ``quarantine`` parks its key after
+    with growing pauses, its key parked behind it meanwhile; ``quarantine`` parks its key after
     ``maxDeliveryAttempts`` (``reaper quarantine`` lists, replays or discards it). A member is
     the string a YAML file writes, and equals it."""
 

@@ -95,7 +95,7 @@ class Acl:
 
 def transactional_id_prefix(leader_group_id: str) -> str:
     """What every ``transactional.id`` of a leader group starts with, so that one prefixed ACL
-    grants them all (:mod:`pyharvest.core.progress` adds a shard's number or the start-up
+    grants them all (:mod:`pyharvest.core.publishing.progress` adds a shard's number or the start-up
     probe's ``probe-<id>``, with no dot)."""
     return f"pyharvest.{leader_group_id}."
 
@@ -107,7 +107,7 @@ def harvest_acls(
     *,
     create_topics: bool = True,
 ) -> list[Acl]:
-    """What a harvester of ``config`` (a resolved :class:`~pyharvest.core.config.Config`) needs.
+    """What a harvester of ``config`` (a resolved :class:`~pyharvest.core.config.settings.Config`) needs.
     The outbox's topics are not in the configuration: they are the ``topics`` (and every topic
     starting with one of ``topic_prefixes``) its records name. ``create_topics=False`` leaves
     out ``Create`` for a leader topic (and progress topic) made beforehand."""

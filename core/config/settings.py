@@ -7,14 +7,13 @@ and validates, naming the offending field and the expected form.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import re
 import socket
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -36,6 +35,13 @@ from pyharvest.core.config.mapping import (
     yaml_key,
 )
 from pyharvest.core.config.masking import mask_data_source, mask_kafka_config
+from pyharvest.core.config.yaml_files import (
+    SectionCheck,
+    check_file_sections,
+    file_sections,
+    read_yaml_file,
+    section_errors,
+)
 from pyharvest.core.errors import ConfigError
 
 __all__ = [
@@ -43,11 +49,11 @@ __all__ = [
     "Limits",
     "LoggingConfig",
     "ReaperConfig",
+    "ResolvedConfig",
     "mask_data_source",
     "mask_kafka_config",
     "resolve_section",
     "sanitise",
-    "section_errors",
 ]
 
 DEFAULT_DATA_SOURCE = "host=localhost port=5432 user=postgres password= dbname=postgres sslmode=disable"
@@ -87,6 +93,9 @@ class Limits:
     min_metrics_interval: float | None = None
     shutdown_timeout: float | None = None
     max_delivery_attempts: int | None = None
+    lock_timeout: float | None = None
+    mark_lookback: float | None = None
+    late_row_scan_interval: float | None = None
 
     def __post_init__(self) -> None:
         # A wrong type fails here, naming the field; a duration string ('5s') becomes seconds.
@@ -116,6 +125,17 @@ class Limits:
         r.min_metrics_interval = _dflt(r.min_metrics_interval, 5.0)
         r.shutdown_timeout = _dflt(r.shutdown_timeout, 10.0)
         r.max_delivery_attempts = _dflt(r.max_delivery_attempts, 5)
+        # How long the harvester's own statements wait for a lock another session holds (a
+        # LOCK TABLE, a console's SELECT ... FOR UPDATE) before they fail, are logged with the
+        # holder, and are retried: a mark that waits past maxPollInterval is thrown away anyway.
+        # 0: no bound (the database's own).
+        r.lock_timeout = _dflt(r.lock_timeout, r.max_poll_interval)
+        # A mark starts past the rows its leader id marked this long ago, so that what it walks
+        # over stays bounded while another session holds the database's clean-up back; a row
+        # that commits later than this after its id was passed waits for the late-row scan.
+        # 0: every mark from the lowest id.
+        r.mark_lookback = _dflt(r.mark_lookback, 1.0)
+        r.late_row_scan_interval = _dflt(r.late_row_scan_interval, 5.0)
         r._validate()
         return r
 
@@ -135,6 +155,9 @@ class Limits:
         at_least("queue_timeout", 0.001, "s")
         at_least("max_poll_interval", self.min_poll_interval or 0.001, "s")
         at_least("shutdown_timeout", 0, "s")
+        at_least("lock_timeout", 0, "s")
+        at_least("mark_lookback", 0, "s")
+        at_least("late_row_scan_interval", 0.01, "s")
         at_least("max_mark_backoff", self.mark_backoff or 0, "s")
         for name in ("max_in_flight_records", "send_concurrency", "mark_query_records", "max_delivery_attempts"):
             at_least(name, 1)
@@ -153,55 +176,6 @@ class Limits:
 _INT_LIMITS = frozenset(
     {"max_in_flight_records", "send_concurrency", "send_buffer", "mark_query_records", "max_delivery_attempts"}
 )
-
-
-#: The top-level sections of a configuration file. One file may serve several commands: each
-#: reads its own section and ``logging:``, and leaves the others to theirs.
-FILE_SECTIONS = frozenset({"harvest", "inbox", "logging", "metrics"})
-
-
-def file_sections(data: object, section: str) -> Mapping[str, Any]:
-    """``data``, the YAML document of a configuration file read for its ``section:``, once checked
-    to be a mapping of known sections."""
-    if not isinstance(data, Mapping):
-        article = "an" if section[0] in "aeiou" else "a"
-        raise ConfigError("", f"the configuration file must hold a mapping with {article} '{section}:' section")
-    unknown = set(data) - FILE_SECTIONS
-    if unknown:
-        first = sorted(unknown, key=str)[0]
-        others = ", ".join(f"'{s}'" for s in sorted(FILE_SECTIONS - {section}))
-        raise ConfigError(
-            str(first),
-            f"unknown top-level section; {did_you_mean(first, FILE_SECTIONS)}expected '{section}' and optionally "
-            f"{others}",
-        )
-    return data
-
-
-def read_yaml_file(path: str) -> Any:
-    """The YAML document in ``path`` (``{}`` if empty), with one-line errors for a missing file
-    or bad YAML."""
-    from pyharvest.core.config.yaml_files import load_yaml
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise ConfigError("", f"cannot read configuration file {path!r}: {e.strerror}") from None
-    data = load_yaml(text, path)
-    return data if data is not None else {}
-
-
-@contextlib.contextmanager
-def section_errors(prefix: str) -> Iterator[None]:
-    """Checks of the ``prefix:`` section of a file name the full path in their errors
-    (``harvest.shards``), as the file's own readers do, not the field alone."""
-    try:
-        yield
-    except ConfigError as e:
-        if not e.field or e.field == prefix or e.field.startswith(f"{prefix}."):
-            raise
-        raise ConfigError(f"{prefix}.{e.field}", e.problem) from None
 
 
 def resolve_section(config: Config, prefix: str = "harvest") -> Config:
@@ -259,7 +233,8 @@ class Config:
 
     ``data_source`` is a SQLAlchemy URL (``postgresql+psycopg://user@host/db``,
     ``sqlite:///outbox.db``, ...); for PostgreSQL a libpq ``key=value`` string is accepted
-    too. ``binding`` names the dialect plugin; by default it follows the URL's scheme.
+    too. ``binding`` names the dialect (an entry point of ``pyharvest.dialects``); by default the one
+    serving the URL's scheme.
     ``leader_group_id`` defaults to the program's name and ``leader_topic`` to
     ``<group>.neli``: give both a name that identifies the service.
     """
@@ -290,6 +265,11 @@ class Config:
     #: shard. Defaults to ``<leaderGroupID>.progress``.
     progress_topic: str = ""
     limits: Limits = field(default_factory=Limits)
+    #: This process's static member id in the leader group (Kafka's ``group.instance.id``, classic
+    #: group protocol): a reaper restarted with the same one (a Kubernetes StatefulSet's pod name)
+    #: takes its shards straight back, without waiting for the group to expire the old process.
+    #: Each live process needs its own; empty (the default): a dynamic member.
+    instance_id: str = ""
 
     def __post_init__(self) -> None:
         # Wrong types fail here, naming the field, not later in repr() or in the harvester.
@@ -302,9 +282,18 @@ class Config:
             )
         check_config_types(self)
 
-    def resolve(self) -> Config:
-        """A copy with defaults filled in, validated; raises :class:`ConfigError`."""
-        c = dataclasses.replace(self, limits=self.limits.resolve())
+    def resolve(self) -> ResolvedConfig:
+        """A copy with defaults filled in, validated; raises :class:`ConfigError`. A config that
+        is resolved already is returned as it is: the boundary (the CLI, :class:`pyharvest.Harvest`)
+        resolves once, and the engines it builds take that form unchanged."""
+        if isinstance(self, ResolvedConfig):
+            return self
+        return ResolvedConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+
+    def _fill_in(self) -> None:
+        """Fill in the defaults and validate, in place (a :class:`ResolvedConfig` being built)."""
+        c = self
+        c.limits = c.limits.resolve()
         for fname in ("base_kafka_config", "producer_kafka_config"):
             value = getattr(c, fname)
             if value is None:
@@ -313,7 +302,9 @@ class Config:
                 raise ConfigError(yaml_key(fname), f"expected a mapping of Kafka properties, got {value!r}")
             setattr(c, fname, dict(value))
         c.base_kafka_config.setdefault("bootstrap.servers", DEFAULT_BOOTSTRAP_SERVERS)
-        for fname in ("leader_topic", "leader_group_id", "data_source", "outbox_table", "name", "progress_topic"):
+        for fname in (
+            "leader_topic", "leader_group_id", "data_source", "outbox_table", "name", "progress_topic", "instance_id",
+        ):
             v = getattr(c, fname)
             if not isinstance(v, str):
                 raise ConfigError(yaml_key(fname), f"expected a string, got {v!r}")
@@ -335,11 +326,23 @@ class Config:
         if c.progress_topic == c.leader_topic:
             raise ConfigError("progressTopic", f"must differ from leaderTopic ({c.leader_topic!r})")
         if c.binding is not None and (not isinstance(c.binding, str) or not c.binding):
-            raise ConfigError("binding", f"expected the name of a dialect plugin, got {c.binding!r}")
+            raise ConfigError("binding", f"expected the name of a dialect, got {c.binding!r}")
         if isinstance(c.shards, bool) or not isinstance(c.shards, int) or not 1 <= c.shards <= MAX_SHARDS:
             raise ConfigError("shards", f"expected a whole number from 1 to {MAX_SHARDS}, got {c.shards!r}")
         c.group_protocol = _choice(GroupProtocol, c.group_protocol, "groupProtocol")
-        return c
+        c.instance_id = c.instance_id.strip()
+        if c.instance_id:
+            if _VALID_KAFKA_NAME.search(c.instance_id) or len(c.instance_id) > 249:
+                raise ConfigError("instanceID", f"{c.instance_id!r} is not a valid Kafka group.instance.id: use 1-249 "
+                                  "characters from [a-zA-Z0-9._-] (a pod name fits)")
+            if c.group_protocol == GroupProtocol.CONSUMER:
+                # librdkafka's static member leaves a consumer-protocol group only "temporarily"
+                # (member epoch -2) on close: the broker keeps its shards for the group's whole
+                # session (45 s by default), so a graceful stop would no longer hand over at once.
+                raise ConfigError("instanceID", "static membership needs groupProtocol: classic. Under the "
+                                  "consumer protocol a static member that stops keeps its shards until the group's "
+                                  "session expires (45 s by default), so a graceful stop would not hand over at "
+                                  "once; remove instanceID or use groupProtocol: classic")
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], prefix: str = "harvest") -> Config:
@@ -358,6 +361,19 @@ class Config:
             return f"Config(<not printable: {type(e).__name__}: {e}>)"
 
     __str__ = __repr__
+
+
+# repr=False and eq=False keep Config's own: a generated repr would print secrets.
+@dataclass(slots=True, repr=False, eq=False)
+class ResolvedConfig(Config):
+    """A :class:`Config` with every default filled in and validated: the form the engines take.
+    Made by :meth:`Config.resolve`; ``dataclasses.replace`` of one fills in and validates the
+    copy again, so a resolved config never holds an unchecked value it was built with."""
+
+    def __post_init__(self) -> None:
+        # Not super(): a slotted dataclass is rebuilt, which zero-argument super() cannot follow.
+        Config.__post_init__(self)
+        self._fill_in()
 
 
 _LOG_LEVELS = {
@@ -410,20 +426,23 @@ class ReaperConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> ReaperConfig:
+    def from_mapping(
+        cls, data: Mapping[str, Any], section_checks: Mapping[str, SectionCheck] | None = None
+    ) -> ReaperConfig:
+        """Read the file's mapping. Every section is checked first, in the file's order, and
+        all their errors reported together (:func:`check_file_sections`): ``harvest:`` as the
+        harvester resolves it, ``logging:``, and those of ``section_checks`` (``reaper`` passes
+        the ``metrics:`` section's reader, which lives in the bindings)."""
         data = file_sections(data, "harvest")
-        if "harvest" not in data:
-            raise ConfigError("harvest", "missing section; the configuration file needs a 'harvest:' mapping")
+        checks: dict[str, SectionCheck] = {"harvest": _check_harvest, "logging": LoggingConfig.from_mapping}
+        check_file_sections(data, {**checks, **(section_checks or {})}, "harvest")
         extra = {k: v for k, v in data.items() if k not in ("harvest", "logging")}
         return cls(Config.from_mapping(data["harvest"] or {}), LoggingConfig.from_mapping(data.get("logging")), extra)
 
     @classmethod
-    def from_yaml(cls, text: str, source: str = "<string>") -> ReaperConfig:
-        from pyharvest.core.config.yaml_files import load_yaml
-
-        data = load_yaml(text, source)
-        return cls.from_mapping(data if data is not None else {})
-
-    @classmethod
     def load(cls, path: str) -> ReaperConfig:
         return cls.from_mapping(read_yaml_file(path))
+
+
+def _check_harvest(body: Any) -> None:
+    Config.from_mapping(body or {}).resolve()

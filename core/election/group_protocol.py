@@ -139,7 +139,11 @@ class GroupSessions(Protocol):
 
 
 def leader_client_configs(
-    config: KafkaConfigMap, group_id: str, heartbeat_timeout: float, group_protocol: str = GroupProtocol.CLASSIC
+    config: KafkaConfigMap,
+    group_id: str,
+    heartbeat_timeout: float,
+    group_protocol: str = GroupProtocol.CLASSIC,
+    instance_id: str = "",
 ) -> tuple[dict[str, object], dict[str, object]]:
     """The leader group's consumer configuration, and its heartbeat producer's.
 
@@ -154,6 +158,13 @@ def leader_client_configs(
     (the group's own configuration, set by :class:`~pyharvest.core.election.neli.ShardGroup`
     at start) and assigns, so the client settings librdkafka refuses there are left out, the
     Kafka configuration's included.
+
+    Sticky under either protocol: the classic group assigns with ``cooperative-sticky`` (the
+    eager ``range`` assignor gave a single-partition group's partition to whichever member id
+    sorted first, and revoked it on every rebalance: each member joining took leadership from a
+    healthy leader), and KIP-848's broker assignors keep a member's partitions. ``instance_id``
+    makes the member static (``group.instance.id``): a restart with the same id takes the
+    member's partitions straight back.
     """
     session = wanted_session(heartbeat_timeout)
     if group_protocol == GroupProtocol.CONSUMER:
@@ -162,6 +173,11 @@ def leader_client_configs(
     else:
         # The group must not expire a live member before the member fences itself.
         consumer = {"heartbeat.interval.ms": session.heartbeat_ms, **config, "session.timeout.ms": session.session_ms}
+        # Incremental: a member joining or leaving moves only the partitions that change owner,
+        # and nothing is revoked from a member that keeps it.
+        consumer["partition.assignment.strategy"] = "cooperative-sticky"
+    if instance_id:
+        consumer["group.instance.id"] = instance_id
     consumer.update({"group.id": group_id, "enable.auto.commit": False, "auto.offset.reset": "latest"})
     producer: dict[str, object] = {**config, "linger.ms": 0, "delivery.timeout.ms": session.heartbeat_timeout_ms}
     if not producer.get("enable.idempotence") and "message.send.max.retries" not in producer:
@@ -196,16 +212,16 @@ REBALANCE_TIMEOUT_MS = 30_000
 
 
 def shard_client_configs(
-    config: KafkaConfigMap, group_id: str, heartbeat_timeout: float, group_protocol: str = GroupProtocol.CLASSIC
+    config: KafkaConfigMap,
+    group_id: str,
+    heartbeat_timeout: float,
+    group_protocol: str = GroupProtocol.CLASSIC,
+    instance_id: str = "",
 ) -> tuple[dict[str, object], dict[str, object]]:
     """The sharded leader group's consumer configuration, and its heartbeat producer's: those
-    of :func:`leader_client_configs`, with incremental rebalancing."""
-    consumer, producer = leader_client_configs(config, group_id, heartbeat_timeout, group_protocol)
-    if group_protocol == GroupProtocol.CLASSIC:
-        # Incremental: a member joining or leaving moves only the shards that change owner (the
-        # consumer protocol's broker-side assignors always are).
-        consumer["partition.assignment.strategy"] = "cooperative-sticky"
-    # Also the rebalance timeout: how long a rebalance waits for a member that does not
+    of :func:`leader_client_configs`, with a bounded rebalance timeout."""
+    consumer, producer = leader_client_configs(config, group_id, heartbeat_timeout, group_protocol, instance_id)
+    # The rebalance timeout: how long a rebalance waits for a member that does not
     # rejoin (or, under the consumer protocol, revoke). librdkafka's 5 minutes left shards
     # unowned that long after members left mid-rebalance (seen on the embedded broker); the
     # group thread polls every minPollInterval, and a revocation waits at most for the

@@ -2,18 +2,28 @@
 
 The leader topic has one partition per shard, and shard ``p`` is led by the member of the
 group that owns partition ``p``: with ``shards: 1`` that is goharvest's single leader, the
-owner of partition 0. For each partition it owns, a member publishes heartbeats to that
-partition and consumes them; a shard whose heartbeats do not come back within
-``heartbeat_timeout`` is fenced on its own (the group may be reassigning it), and a heartbeat
-that arrives later while the member still owns it restores it.
+owner of partition 0. The group assigns incrementally and stickily, for one shard too
+(cooperative-sticky under the classic group protocol; the broker's assignor under KIP-848's
+consumer protocol, :mod:`~pyharvest.core.election.group_protocol`): a member joining takes no
+shard from a healthy leader, and a member leaving moves only its own shards, once.
+
+For each partition it owns, a member publishes heartbeats to that partition and consumes them;
+a shard whose heartbeats do not come back within ``heartbeat_timeout`` is fenced on its own (the
+group may be reassigning it), and a heartbeat that arrives later while the member still owns it
+restores it.
 
 :class:`ShardGroup` is the process's member of the group and :class:`~pyharvest.core.election.lease.ShardLease`
 one shard's leadership as its engine sees it. A sharded harvester (:mod:`~pyharvest.core.engine.sharded`) pulses
 the group on a thread of its own; the single leader (:class:`Neli`) is the one-shard group,
-pulsed on its engine's main loop. With more than one shard the group assigns incrementally
-(cooperative-sticky under the classic group protocol; the broker's assignor under KIP-848's
-consumer protocol, :mod:`~pyharvest.core.election.group_protocol`), so a member joining or leaving moves
-only the shards that change owner.
+pulsed on its engine's main loop.
+
+A member with an ``instance_id`` is static (Kafka's ``group.instance.id``): restarted with the
+same id it takes its shards straight back (no wait for the group to expire the dead process).
+A second live process with the same id takes them too, and the broker fences the older one
+at its next group heartbeat; so a static member leads the shards of its first assignment only
+once two heartbeat intervals (and a poll) have passed, by when an older live holder has been
+told and stepped down; counted from the shard's last heartbeat when no other process's
+heartbeat shows (:mod:`~pyharvest.core.election.static_hold`).
 
 Why order holds across a move: a revocation is served inside the group's poll, and
 :meth:`~pyharvest.core.election.lease.ShardLease.lose` steps the engine down and waits for its in-flight records before
@@ -40,11 +50,21 @@ from pyharvest.core.election.group_protocol import (
     leader_client_configs,
     session_setting_note,
     shard_client_configs,
+    wanted_session,
 )
 from pyharvest.core.election.heartbeats import Heartbeats
+from pyharvest.core.election.leader_watch import LeaderSeen, LeaderWatch
 from pyharvest.core.election.lease import LeaderStatus, ShardLease, StatusHandler
+from pyharvest.core.election.static_hold import StaticHold
 from pyharvest.core.errors import KafkaAuthorizationError, TopicError
-from pyharvest.core.ports.kafka import KafkaClients, KafkaConfigMap, LeaderConsumer, Producer
+from pyharvest.core.ports.kafka import (
+    HeartbeatConsumer,
+    KafkaClients,
+    KafkaConfigMap,
+    LeaderConsumer,
+    LeaderTopicReader,
+    Producer,
+)
 
 __all__ = ["Neli", "ShardConsumer", "ShardGroup", "group_settings"]
 
@@ -64,6 +84,7 @@ def group_settings(config: Config) -> dict[str, Any]:
         "min_poll_interval": limits.min_poll_interval,
         "poll_duration": limits.poll_duration,
         "group_protocol": config.group_protocol,
+        "instance_id": config.instance_id,
     }
 
 
@@ -92,6 +113,8 @@ class ShardGroup:
         on_assigned: Callable[[int], None] = lambda shard: None,
         clock: Callable[[], float] = time.monotonic,
         group_protocol: str = GroupProtocol.CLASSIC,
+        instance_id: str = "",
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if group_protocol not in tuple(GroupProtocol):
             raise ValueError(f"group_protocol must be one of {', '.join(GroupProtocol)}, got {group_protocol!r}")
@@ -114,7 +137,25 @@ class ShardGroup:
         self._polled = False
         self._consumer: LeaderConsumer | None = None
         self._producer: Producer | None = None
-        self._heartbeats = Heartbeats(leader_topic, name, kafka_config, clock)
+        self._heartbeats = Heartbeats(leader_topic, name, kafka_config, clock, instance_id)
+        self.instance_id = instance_id
+        # Who leads the shards this member does not (the status page's "led by").
+        self._watch = (
+            LeaderWatch(clients, kafka_config, leader_topic, shards, min(heartbeat_timeout, 5.0), wall_clock)
+            if isinstance(clients, LeaderTopicReader) else None
+        )
+        # A static member's first assignment may be a live namesake's shards: led only from this
+        # time on (see the module's docstring); None once the first assignment has come.
+        # Two group heartbeat intervals: the namesake's next heartbeat may wait behind its last
+        # answer (seen on a loaded machine: fenced 0.55 s after the newcomer's assignment with
+        # heartbeats every 0.4 s), and a poll for it to hear of it.
+        self._static_grace = (
+            2 * wanted_session(heartbeat_timeout).heartbeat_ms / 1000 + min_poll_interval if instance_id else None
+        )
+        # A live namesake pulses (and sends a heartbeat) every minPollInterval: five would show.
+        self._held = StaticHold(
+            self._static_grace or 0.0, 5 * min_poll_interval, self._heartbeats.token, self._watch, clock, wall_clock
+        )
 
     @property
     def owned(self) -> frozenset[int]:
@@ -167,12 +208,12 @@ class ShardGroup:
             self._configure_consumer_group()
         elif note := session_setting_note(cfg, self._heartbeat_timeout):
             log.warning("%s", note)
-        # Under the classic protocol one shard keeps the eager assignor every single-leader reaper
-        # has used, so that old and new members can share a group through a rolling upgrade (a
-        # group refuses a member whose assignment protocol differs); with one partition there is
-        # nothing to move incrementally. The consumer protocol's broker always assigns incrementally.
+        # One shard assigns cooperative-sticky too (a joining member took the eager assignor's
+        # single partition from a healthy leader); the sharded group's rebalance timeout is its own.
         configs = leader_client_configs if self.shards == 1 else shard_client_configs
-        consumer_cfg, producer_cfg = configs(cfg, self.group_id, self._heartbeat_timeout, self.group_protocol)
+        consumer_cfg, producer_cfg = configs(
+            cfg, self.group_id, self._heartbeat_timeout, self.group_protocol, self.instance_id
+        )
         consumer = self._clients.leader_consumer(consumer_cfg)
         if self.shards > 1 and not hasattr(consumer, "poll_partitions"):
             consumer.close()
@@ -180,12 +221,24 @@ class ShardGroup:
         self._consumer = consumer
         try:
             self._producer = self._clients.producer(producer_cfg)
+            if self._static_grace is not None:
+                self._held.begin(isinstance(consumer, HeartbeatConsumer))
             consumer.subscribe(self.leader_topic, self._assigned, self._revoked)
         except BaseException:
             self.close()
             raise
-        log.info("joined leader group %r on topic %r (%d shards, %s protocol) as %s", self.group_id,
-                 self.leader_topic, self.shards, self.group_protocol, self.name)
+        log.info("joined leader group %r on topic %r (%d shard%s, %s protocol) as %s%s", self.group_id,
+                 self.leader_topic, self.shards, "" if self.shards == 1 else "s", self.group_protocol, self.name,
+                 f" (static member, group.instance.id {self.instance_id!r})" if self.instance_id else "")
+
+    def leaders(self) -> dict[int, LeaderSeen | None]:
+        """Who leads each shard this member does not, as the leader topic's last heartbeats say
+        (None: not known yet); the shards it leads are left out, and every shard when the
+        Kafka client cannot read them."""
+        if self._watch is None:
+            return {}
+        seen = self._watch.leaders()
+        return {p: seen.get(p) for p in range(self.shards) if not self.leases[p].is_leader}
 
     def _configure_consumer_group(self) -> None:
         """Under the consumer protocol the broker holds the session: give the group the one
@@ -225,14 +278,20 @@ class ShardGroup:
         """Poll the group (serving rebalances), note which shards' heartbeats came back, fence
         those whose deadline passed, and send the next heartbeats."""
         assert self._consumer is not None and self._producer is not None
-        received = self._poll(self._consumer)
+        beats = self._poll(self._consumer)
+        received = [p for p, _ in beats]
         self._producer.poll(0)
         now = self._last_poll = self._clock()
         self._polled = True
+        self._held.note(beats)
+        for p in self._held.due():
+            if p in self._owned:
+                self._last_received[p] = now
+                self.leases[p].acquire()
         for p in set(received) & self._owned:
             self._last_received[p] = now
             lease = self.leases[p]
-            if not lease.is_leader:
+            if not lease.is_leader and p not in self._held:
                 log.info("shard %d: leading again, a heartbeat came back", p)
                 lease.acquire()
         for p in sorted(self._owned):
@@ -240,13 +299,16 @@ class ShardGroup:
             if lease.is_leader and now - self._last_received.get(p, now) > self._heartbeat_timeout:
                 log.warning("shard %d fenced: no heartbeat came back within %.1fs", p, self._heartbeat_timeout)
                 lease.lose(LeaderStatus.FENCED)
-            self._heartbeats.send(self._producer, p)
+            if not (p in self._held and self._held.reading):
+                self._heartbeats.send(self._producer, p)
 
-    def _poll(self, consumer: LeaderConsumer) -> list[int]:
+    def _poll(self, consumer: LeaderConsumer) -> list[tuple[int, bytes | None]]:
+        if isinstance(consumer, HeartbeatConsumer):
+            return consumer.poll_heartbeats(self._poll_duration)
         if isinstance(consumer, ShardConsumer):
-            return consumer.poll_partitions(self._poll_duration)
+            return [(p, None) for p in consumer.poll_partitions(self._poll_duration)]
         # A client that only counts what it read (checked at start: one shard): all of it is partition 0's.
-        return [0] * consumer.poll(self._poll_duration)
+        return [(0, None)] * consumer.poll(self._poll_duration)
 
     def _assigned(self, partitions: list[int]) -> None:
         now = self._clock()
@@ -260,18 +322,23 @@ class ShardGroup:
                 continue
             self._owned.add(p)
             self._last_received[p] = now
+            held = self._held.hold(p) if self._static_grace is not None else ""
             if self.shards == 1:
-                log.info("acquired leader status (partition 0 of %r assigned)", self.leader_topic)
+                log.info("acquired leader status (partition 0 of %r assigned)%s", self.leader_topic, held)
             else:
-                log.info("shard %d assigned (partition %d of %r)", p, p, self.leader_topic)
+                log.info("shard %d assigned (partition %d of %r)%s", p, p, self.leader_topic, held)
             self._on_assigned(p)
-            self.leases[p].acquire()
+            if self._static_grace is None:
+                self.leases[p].acquire()
+        # Later assignments come through rebalances, each shard revoked (its leader quiesced) first.
+        self._static_grace = None
 
     def _revoked(self, partitions: list[int]) -> None:
         for p in sorted(partitions):
             if p not in self._owned:
                 continue
             self._owned.discard(p)
+            self._held.drop(p)
             if self.shards == 1:
                 log.info("lost leader status (partition 0 of %r revoked)", self.leader_topic)
             else:
@@ -289,6 +356,7 @@ class ShardGroup:
             for p in sorted(self._owned):
                 self.leases[p].lose(LeaderStatus.REVOKED)
             self._owned.clear()
+            self._held.clear()
             if producer is not None:
                 producer.flush(1.0)
                 producer.close()
@@ -313,11 +381,12 @@ class Neli:
         on_status: StatusHandler,
         clock: Callable[[], float] = time.monotonic,
         group_protocol: str = GroupProtocol.CLASSIC,
+        instance_id: str = "",
     ) -> None:
         self._group = ShardGroup(
             clients, kafka_config, leader_topic, group_id, name, 1,
             heartbeat_timeout=heartbeat_timeout, min_poll_interval=min_poll_interval,
-            poll_duration=poll_duration, clock=clock, group_protocol=group_protocol,
+            poll_duration=poll_duration, clock=clock, group_protocol=group_protocol, instance_id=instance_id,
         )
         self._lease = self._group.leases[0].bind(on_status)
 
@@ -339,6 +408,10 @@ class Neli:
 
     def start(self) -> None:
         self._group.start()
+
+    def leaders(self) -> dict[int, LeaderSeen | None]:
+        """Who leads the shard while this process does not (:meth:`ShardGroup.leaders`)."""
+        return self._group.leaders()
 
     def poll_due(self) -> float:
         return self._group.poll_due()

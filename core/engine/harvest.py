@@ -22,15 +22,19 @@ Invariants (they are what per-key order rests on):
 
 The engine's parts, each upholding its share:
 
-* this module: lifecycle (start, stop, health, events), leadership (NELI pulses, the leader
-  id, fencing, remarks) and the main loop that marks;
-* the delivery mode (:mod:`~pyharvest.core.delivery.mode`), picked once from
-  ``config.delivery``: its window takes what the main loop marks, its thread settles it.
-  At least once (:mod:`~pyharvest.core.delivery.at_least_once`), the gate, dispatcher, sender
-  and delivery processor uphold invariants 1 to 3; exactly once
-  (:mod:`~pyharvest.core.transactions.exactly_once`), a Kafka transaction per batch, whose
-  rules (one producer per shard fenced by each new leader, a progress record per transaction,
-  a takeover before the first mark) replace the per-key barrier.
+* this module: leadership (NELI pulses, the leader id, fencing, remarks), the main loop that
+  marks, health, and the shutdown's quiesce; the life cycle every harvester shares (start,
+  stop, join, events) is :mod:`~pyharvest.core.engine.lifecycle`'s, the idle pause
+  :mod:`~pyharvest.core.engine.idle`'s;
+* the delivery mode (:mod:`~pyharvest.core.publishing.contract`), built once from
+  ``config.delivery`` (:mod:`~pyharvest.core.publishing.modes`): its window takes what the main
+  loop marks, its thread settles it through the middle both modes share
+  (:mod:`~pyharvest.core.publishing.settlement`). At least once
+  (:mod:`~pyharvest.core.publishing.at_least_once`), the key window, sender and delivery
+  thread uphold invariants 1 to 3; exactly once (:mod:`~pyharvest.core.publishing.exactly_once`),
+  a Kafka transaction per batch, whose rules (one producer per shard fenced by each new
+  leader, a progress record per transaction, a takeover before the first mark) replace the
+  per-key barrier.
 """
 
 from __future__ import annotations
@@ -42,15 +46,18 @@ import uuid
 from collections.abc import Callable
 
 from pyharvest.core.config.settings import Config, mask_data_source, mask_kafka_config
-from pyharvest.core.delivery.mode import ModeContext
-from pyharvest.core.delivery.shared_producer import SharedProducer
+from pyharvest.core.election.leader_watch import LeaderSeen
 from pyharvest.core.election.lease import Leadership, LeaderStatus
 from pyharvest.core.election.neli import Neli, group_settings
 from pyharvest.core.engine.idle import IdleBackoff, Wakeup
 from pyharvest.core.engine.lifecycle import Lifecycle, State
-from pyharvest.core.engine.modes import delivery_mode
+from pyharvest.core.errors import TableLockedError
 from pyharvest.core.ports.database import ChangeFeed, DatabaseBinding
 from pyharvest.core.ports.kafka import KafkaClients
+from pyharvest.core.publishing.blocked_keys import BlockedKey, BlockedKeys
+from pyharvest.core.publishing.contract import ModeContext
+from pyharvest.core.publishing.modes import delivery_mode
+from pyharvest.core.publishing.shared_producer import SharedProducer
 from pyharvest.core.telemetry.events import LeaderAcquired, LeaderFenced, LeaderRefreshed, LeaderRevoked
 from pyharvest.core.telemetry.health import DatabaseProbe, Health
 from pyharvest.core.telemetry.logs import label_thread, labelled, log, one_line
@@ -102,6 +109,8 @@ class HarvestEngine(Lifecycle):
         self._shutdown_deadline: float | None = None
 
         self.metrics = HarvestMetrics()
+        #: The keys held back by records Kafka refuses for good, while they are retried.
+        self.blocked = BlockedKeys(shard)
         #: One span per mark, published batch and purge (the delivery mode starts the latter two).
         self._spans = BatchSpans(self.config.outbox_table, shard, self.config.delivery)
         #: How records reach Kafka (``config.delivery``); its window takes what the main loop marks.
@@ -116,6 +125,7 @@ class HarvestEngine(Lifecycle):
                 deadline=lambda: self._shutdown_deadline,
                 spans=self._spans,
                 shared_producer=shared_producer,
+                blocked=self.blocked,
             )
         )
         self._window = self._mode.window
@@ -144,6 +154,13 @@ class HarvestEngine(Lifecycle):
     def leader_id(self) -> str | None:
         return self._leader_id
 
+    def leaders(self) -> dict[int, LeaderSeen | None]:
+        """Who leads while this process does not, as the leader topic's last heartbeat says
+        (shard 0; None: not known yet); empty while this process leads or is not running."""
+        neli = self._neli
+        seen = getattr(neli, "leaders", None)
+        return seen() if callable(seen) and not self.is_leader else {}
+
     @property
     def in_flight_records(self) -> int:
         return self._window.in_flight
@@ -151,6 +168,17 @@ class HarvestEngine(Lifecycle):
     @property
     def in_flight_record_keys(self) -> list[str]:
         return self._window.in_flight_keys()
+
+    @property
+    def blocked_keys(self) -> tuple[BlockedKey, ...]:
+        """The keys held back by a record Kafka refuses for good, longest blocked first (at
+        most :data:`~pyharvest.core.publishing.blocked_keys.MAX_BLOCKED_SHOWN`; the count of
+        all is :attr:`blocked_key_count`)."""
+        return self.blocked.snapshot()
+
+    @property
+    def blocked_key_count(self) -> int:
+        return self.blocked.total
 
     @property
     def binding(self) -> DatabaseBinding | None:
@@ -163,8 +191,8 @@ class HarvestEngine(Lifecycle):
         self._database_probe.ping_now(self._binding)
 
     @property
-    def backlog_in_memory(self) -> int:
-        """Marked records waiting behind an in-flight record of the same key."""
+    def parked_records(self) -> int:
+        """Marked records parked behind an in-flight record of the same key."""
         return self._window.parked
 
     def health(self) -> Health:
@@ -245,11 +273,13 @@ class HarvestEngine(Lifecycle):
             # The mode says how long to wait for what it had in flight (for shards, this runs
             # on the group's thread).
             self._quiesce("leadership fenced", self._mode.abandon())
+            self.blocked.clear()  # the next leader retries them
         else:
             # A revocation waits for in-flight records before the handler runs: the next
             # leader is not elected until this callback returns.
             self._step_down()
             self._quiesce(f"leadership {status.value}")
+            self.blocked.clear()  # the next leader retries them
             self._emit(LeaderRevoked(self.shard))
 
     # ------------------------------------------------------------------ main loop
@@ -309,7 +339,9 @@ class HarvestEngine(Lifecycle):
                 logging.WARNING,
                 "mark failed, will remark under a new leader id: %s",
                 one_line(e),
-                cause=f"mark failed: {one_line(e)}",
+                # A locked table's message changes with each wait (how long the holder's
+                # transaction has been open): one cause, collapsed like any repeat.
+                cause="mark failed: table locked" if isinstance(e, TableLockedError) else f"mark failed: {one_line(e)}",
             )
             window.raise_remark()
             self._stopping.wait(limits.io_error_backoff)
@@ -330,6 +362,9 @@ class HarvestEngine(Lifecycle):
             )
             window.raise_remark()
             return
+        if self.blocked.count:
+            # A blocked record this mark passed by is gone (deleted): its key is free.
+            self.blocked.marked(leader_id, records, min(self._mark_size, free))
         if records:
             idle.found_rows()
             self.metrics.records_marked += len(records)
@@ -404,6 +439,7 @@ class HarvestEngine(Lifecycle):
             if self._delivery_thread is not None:
                 self._delivery_thread.join(max(0.0, self._shutdown_deadline - time.monotonic()) + 1.0)
             self._close_resources()
+            self.blocked.clear()  # nothing is retried here any more
             self._state = State.STOPPED
             log.info("harvester %s stopped", self.config.name)
             self._stopped.set()

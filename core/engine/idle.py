@@ -16,10 +16,11 @@ every 10 ms is then found within about 5 ms of its commit instead of 10, at the 
 most two more empty marks per gap between bursts; an idle outbox reaches the same pauses as
 before one ``markBackoff`` later.
 
-Where the binding can hear that rows were added (PostgreSQL's ``LISTEN``, see
-:class:`~pyharvest.core.ports.database.ChangeFeed`), a notification makes the next mark due at once,
-so a lone record is not kept waiting for the pause to end. Polling stays as the safety net: a
-lost notification costs at most one ``maxMarkBackoff``.
+Where the binding can hear that rows were added (PostgreSQL's ``LISTEN``, the stasher's wake-up
+datagrams elsewhere; see :class:`~pyharvest.core.ports.database.ChangeFeed`), a notification makes
+the next mark due at once, so a lone record is not kept waiting for the pause to end, and the
+empty marks after it ramp up again as after rows. Polling stays as the safety net: a lost
+notification costs at most one ``maxMarkBackoff``.
 """
 
 from __future__ import annotations
@@ -84,8 +85,12 @@ class IdleBackoff:
         self._due = now + self._pause
 
     def wake(self) -> None:
-        """Rows may have been added: mark now. The pause keeps growing if the mark finds
-        nothing (a notification for rows another mark already took)."""
+        """Rows may have been added: mark now, and if that mark finds nothing, ramp up again
+        as after rows. A wake-up may come a moment before its rows are visible (a wake-up
+        datagram goes out just before the writer's ``COMMIT``): the short pauses that follow
+        find them within milliseconds, at the price of a few empty marks per wake-up."""
+        self._pause = 0.0
+        self._empty_since = None
         self._due = self._clock()
 
     def due_in(self) -> float:

@@ -4,7 +4,7 @@
 and, the first time a shard's partition is assigned to it, starts a
 :class:`~pyharvest.core.engine.harvest.HarvestEngine` for that shard: its own leader id, in-flight
 window, delivery thread and binding (marking only the shard's rows). The shards share one data
-producer (:mod:`~pyharvest.core.delivery.shared_producer`), so their records batch together. Engines stay
+producer (:mod:`~pyharvest.core.publishing.shared_producer`), so their records batch together. Engines stay
 up when their shard moves away (they only stop leading), so a shard that comes back resumes
 at once. A crash of one process stalls only the shards it led, until the group gives them to
 the others; every other shard keeps publishing.
@@ -16,15 +16,17 @@ import threading
 from collections.abc import Callable
 
 from pyharvest.core.config.settings import Config, mask_data_source, mask_kafka_config
-from pyharvest.core.delivery.sender import producer_config
-from pyharvest.core.delivery.shared_producer import SharedProducer
+from pyharvest.core.election.leader_watch import LeaderSeen
 from pyharvest.core.election.neli import ShardGroup, group_settings
 from pyharvest.core.engine.harvest import HarvestEngine
 from pyharvest.core.engine.lifecycle import Lifecycle, State
-from pyharvest.core.engine.modes import delivery_mode
 from pyharvest.core.errors import BindingError, HarvestError, MissingGrantError
 from pyharvest.core.ports.database import ShardableBinding
 from pyharvest.core.ports.kafka import KafkaClients
+from pyharvest.core.publishing.blocked_keys import MAX_BLOCKED_SHOWN, BlockedKey
+from pyharvest.core.publishing.modes import delivery_mode
+from pyharvest.core.publishing.sender import producer_config
+from pyharvest.core.publishing.shared_producer import SharedProducer
 from pyharvest.core.telemetry.health import Health
 from pyharvest.core.telemetry.logs import log, one_line
 
@@ -71,6 +73,24 @@ class ShardedHarvestEngine(Lifecycle):
     @property
     def is_leader(self) -> bool:
         return bool(self.leading_shards)
+
+    def leaders(self) -> dict[int, LeaderSeen | None]:
+        """Who leads each shard this process does not (None: not known yet), as the leader
+        topic's last heartbeats say."""
+        group = self._group
+        return group.leaders() if group is not None else {}
+
+    @property
+    def blocked_keys(self) -> tuple[BlockedKey, ...]:
+        """Every shard's keys held back by a record Kafka refuses for good, longest blocked
+        first (at most :data:`~pyharvest.core.publishing.blocked_keys.MAX_BLOCKED_SHOWN`)."""
+        keys = [b for e in self.engines.values() for b in e.blocked_keys]
+        keys.sort(key=lambda b: (b.since, b.shard or 0, b.key))
+        return tuple(keys[:MAX_BLOCKED_SHOWN])
+
+    @property
+    def blocked_key_count(self) -> int:
+        return sum(e.blocked_key_count for e in self.engines.values())
 
     def health(self) -> Health:
         group = self._group

@@ -8,7 +8,11 @@ against messages already in Kafka, so both names are fixed here, once.
 
 from __future__ import annotations
 
-__all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "identity_stamp", "outbox_identity"]
+from collections.abc import Sequence
+
+from pyharvest.core.outbox.records import OutboxRecord
+
+__all__ = ["OUTBOX_HEADER", "RECORD_ID_HEADER", "IdentityStamp", "outbox_identity"]
 
 #: ``<leaderGroupID>/<outboxTable>``: two harvesters of one table share it, two tables do not.
 OUTBOX_HEADER = "pyharvest-outbox"
@@ -21,7 +25,19 @@ def outbox_identity(leader_group_id: str, outbox_table: str) -> str:
     return f"{leader_group_id}/{outbox_table}"
 
 
-def identity_stamp(leader_group_id: str, outbox_table: str, enabled: bool = True) -> tuple[str, str] | None:
-    """The :data:`OUTBOX_HEADER` header a publisher adds to every message (beside its
-    :data:`RECORD_ID_HEADER`), or None when identity headers are turned off."""
-    return (OUTBOX_HEADER, outbox_identity(leader_group_id, outbox_table)) if enabled else None
+class IdentityStamp:
+    """The headers each published copy of a record goes out with: its own, then (unless
+    identity headers are turned off) :data:`OUTBOX_HEADER` and :data:`RECORD_ID_HEADER`. Both
+    delivery modes publish through one, so every copy of a record is stamped alike."""
+
+    __slots__ = ("_outbox",)
+
+    def __init__(self, leader_group_id: str, outbox_table: str, enabled: bool = True) -> None:
+        self._outbox = (OUTBOX_HEADER, outbox_identity(leader_group_id, outbox_table)) if enabled else None
+
+    def headers(self, record: OutboxRecord) -> Sequence[tuple[str, str | bytes]]:
+        outbox = self._outbox
+        if outbox is None:
+            return record.headers
+        # A list: the Kafka client takes it as it is, where a tuple would be copied.
+        return [*record.headers, outbox, (RECORD_ID_HEADER, str(record.id))]

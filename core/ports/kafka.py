@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 # Defined with the other errors so that `except HarvestError` catches it; importable from here too,
 # beside the protocol that raises it.
@@ -17,13 +17,16 @@ from pyharvest.core.errors import TopicError
 __all__ = [
     "DeliveryCallback",
     "DeliveryError",
+    "HeartbeatConsumer",
     "KafkaClients",
     "KafkaConfigMap",
     "LeaderConsumer",
+    "LeaderTopicReader",
     "ProduceError",
     "Producer",
     "TopicError",
     "TransactionError",
+    "TransactionErrorKind",
     "TransactionalKafkaClients",
     "TransactionalProducer",
 ]
@@ -44,6 +47,9 @@ class DeliveryError:
     retriable: bool = True
     #: The producer itself is unusable (e.g. fenced); the engine replaces it before retrying.
     fatal: bool = False
+    #: A newer producer with the same ``transactional.id``, or a newer epoch, took over: the
+    #: producer is fenced (always ``fatal`` too).
+    fenced: bool = False
 
     def __str__(self) -> str:
         return f"{self.code}: {self.reason}"
@@ -115,6 +121,28 @@ class LeaderConsumer(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class HeartbeatConsumer(Protocol):
+    """A leader consumer that gives the heartbeats it reads (a static member tells its own
+    from a live namesake's by them)."""
+
+    def poll_heartbeats(self, timeout: float) -> list[tuple[int, bytes | None]]:
+        """:meth:`LeaderConsumer.poll`, returning the partition and value of every message read."""
+        ...
+
+
+@runtime_checkable
+class LeaderTopicReader(Protocol):
+    """Clients that read the leader topic's last heartbeats without joining its group."""
+
+    def last_heartbeats(
+        self, config: KafkaConfigMap, topic: str, partitions: int, timeout: float
+    ) -> dict[int, bytes | None]:
+        """The value of the last message of each of ``topic``'s first ``partitions``
+        partitions (an empty partition is left out); read by a consumer of no group."""
+        ...
+
+
 class KafkaClients(Protocol):
     """A factory of clients; the engine asks it for everything it talks to Kafka through."""
 
@@ -127,6 +155,10 @@ class KafkaClients(Protocol):
         ...
 
 
+#: What a failed transactional call leaves the caller to do (see :class:`TransactionError`).
+TransactionErrorKind = Literal["abortable", "retriable", "fenced", "fatal", "unsupported"]
+
+
 class TransactionError(Exception):
     """A transactional call failed. ``kind`` says what the caller may do next:
 
@@ -137,9 +169,9 @@ class TransactionError(Exception):
     * ``"unsupported"``: the cluster has no transactions.
     """
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: TransactionErrorKind, message: str) -> None:
         super().__init__(message)
-        self.kind = kind
+        self.kind: TransactionErrorKind = kind
 
 
 class TransactionalProducer(Producer, Protocol):
@@ -163,7 +195,7 @@ class TransactionalProducer(Producer, Protocol):
 @runtime_checkable
 class TransactionalKafkaClients(KafkaClients, Protocol):
     """Clients that can publish exactly once: transactional producers, and a read of the last
-    committed record of a partition (the progress log of :mod:`pyharvest.core.transactions.publisher`)."""
+    committed record of a partition (the progress log of :mod:`pyharvest.core.publishing.transactional`)."""
 
     def transactional_producer(self, config: KafkaConfigMap) -> TransactionalProducer: ...
 

@@ -1,6 +1,6 @@
 """The process's count of stuck Kafka clients replaced, by kind of client: what
 ``pyharvest_kafka_client_restarts_total`` exports. A binding counts a replacement through
-:meth:`pyharvest.core.ports.stuck_clients.ProgressWatch.replaced`."""
+:meth:`pyharvest.core.healing.stuck_clients.ProgressWatch.replaced`."""
 
 from __future__ import annotations
 

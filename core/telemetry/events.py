@@ -79,7 +79,7 @@ class DeliveryFailed:
 @dataclass(frozen=True, slots=True)
 class RecordQuarantined:
     """A poison record exhausted ``limits.maxDeliveryAttempts``: its key is parked (its later
-    records are held back) until an operator replays or discards it. ``hint`` says how."""
+    records wait behind it) until an operator replays or discards it. ``hint`` says how."""
 
     record_id: int | None
     key: str

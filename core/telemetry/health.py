@@ -10,7 +10,9 @@ pings on the caller's thread. It answers the last known state; at most every
 A probe that starts the ping it needs reads the previous answer, so the operations server
 also pings on a timer of its own (:meth:`DatabaseProbe.ping_now`, every :data:`PING_INTERVAL`),
 and the engine reports the missing table it meets (:meth:`DatabaseProbe.note_failure`) at
-once: a probe that comes two intervals after the database or the table went away gets 503.
+once: a probe that comes two intervals after the database or the table went away gets 503. A
+table another session keeps locked past ``limits.lockTimeout`` counts as down, with the
+holders, until the binding's statements succeed again (a row lock blocks no ping).
 """
 
 from __future__ import annotations
@@ -86,6 +88,12 @@ class DatabaseProbe:
             if self._pinging_since is None and now - self._answered_at >= self.interval:
                 self._start(ping, now)
             since, answer, error = self._pinging_since, self._answer, self._error
+        # A table another session keeps locked (the binding's optional ``lock_error``: its
+        # last statement's TableLockedError, until one succeeds); a ping may still answer, as
+        # no row lock blocks it, while the harvester's marks or purges cannot go on.
+        locked: BaseException | None = getattr(binding, "lock_error", None)
+        if locked is not None:
+            return False, one_line(locked)
         if since is not None and now - since > self.timeout:
             return False, f"the database has not answered a ping for {now - since:.1f}s"
         return answer, error

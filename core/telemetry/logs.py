@@ -43,7 +43,6 @@ class _ThreadLabel(logging.Filter):
         label = getattr(_thread, "label", None)
         if label is not None:
             record.msg = f"[{label}] {record.msg}"
-            record.pyharvest_label = label
         return True
 
 

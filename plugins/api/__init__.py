@@ -19,6 +19,8 @@ What is here:
   privileges' among them), its tables' :class:`TableOptions`, its :class:`MarkOptions`, its
   ``MERGE``'s :class:`MergeForm`;
 * privileges: :func:`grant_statements`, :func:`privilege_probe`, :func:`is_privilege_error`;
+* a shared database: the clean-up horizon, :class:`CleanupHorizon`; locks other sessions
+  hold, :class:`LockHolder`, :func:`is_lock_timeout`;
 * :class:`Dialect`, :func:`load_dialect`: a loaded plugin with typed access to its hooks.
 """
 
@@ -35,7 +37,9 @@ from pyharvest.plugins.api.dialect import (
     load_dialect,
 )
 from pyharvest.plugins.api.grants import PRIVILEGES, grant_statements, is_privilege_error, privilege_probe
+from pyharvest.plugins.api.horizon import CleanupHorizon
 from pyharvest.plugins.api.identifiers import MAX_PART_LENGTH, TableName, parse_table_name
+from pyharvest.plugins.api.locks import LockHolder, is_lock_timeout
 from pyharvest.plugins.api.marking import (
     MarkOptions,
     MarkQuery,
@@ -85,11 +89,13 @@ __all__ = [
     "TOPIC_LENGTH",
     "BulkWriter",
     "Capabilities",
+    "CleanupHorizon",
     "Dialect",
     "DialectOptions",
     "GeneratedId",
     "Listener",
     "ListenerFactory",
+    "LockHolder",
     "MalformedRowError",
     "MarkOptions",
     "MarkQuery",
@@ -116,6 +122,7 @@ __all__ = [
     "hookimpl",
     "installed_dialects",
     "is_libpq_dsn",
+    "is_lock_timeout",
     "is_privilege_error",
     "libpq_to_url",
     "literal_limit",

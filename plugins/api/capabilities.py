@@ -48,6 +48,14 @@ class Capabilities:
     #: How the driver reports a statement refused for want of a privilege: SQLSTATEs or error
     #: numbers (see :func:`~pyharvest.plugins.api.grants.is_privilege_error`).
     privilege_errors: tuple[str | int, ...] = ()
+    #: How the driver reports a statement that waited for a lock longer than its session
+    #: allows (``limits.lockTimeout``): SQLSTATEs or error numbers (see
+    #: :func:`~pyharvest.plugins.api.locks.is_lock_timeout`).
+    lock_timeout_errors: tuple[str | int, ...] = ()
+    #: One writer at a time (SQLite): rows commit in the order of their ids, so none commits
+    #: below an id a mark has already seen, and the binding runs no late-row scan
+    #: (:mod:`pyharvest.bindings.sql.mark_cursor`).
+    commits_in_id_order: bool = False
 
 
 # How a SQLAlchemy backend's capabilities are found: installed by the dialect registry

@@ -29,7 +29,9 @@ if TYPE_CHECKING:
     import sqlalchemy as sa
 
     from pyharvest.plugins.api.bulk import BulkWriter
+    from pyharvest.plugins.api.horizon import CleanupHorizon
     from pyharvest.plugins.api.identifiers import TableName
+    from pyharvest.plugins.api.locks import LockHolder
     from pyharvest.plugins.api.notify import ListenerFactory
 
 __all__ = ["ENTRY_POINT_GROUP", "Dialect", "dialect_for_backend", "dialect_of", "installed_dialects", "load_dialect"]
@@ -113,6 +115,20 @@ class Dialect:
 
     def configure_engine(self, engine: sa.Engine) -> None:
         self._hook.pyharvest_configure_engine(engine=engine)
+
+    def cleanup_horizon(self, connection: sa.Connection) -> CleanupHorizon | None:
+        """Who holds the database's clean-up back, and for how long; None where it does not say."""
+        horizon: CleanupHorizon | None = self._hook.pyharvest_cleanup_horizon(connection=connection)
+        return horizon
+
+    def lock_timeout_statements(self, seconds: float) -> list[str]:
+        """What bounds a session's wait for locks to ``seconds``; [] where nothing can."""
+        return list(self._hook.pyharvest_lock_timeout_statements(seconds=seconds) or ())
+
+    def lock_holders(self, connection: sa.Connection, table: TableName, older_than: float) -> list[LockHolder]:
+        """The sessions that hold locks on ``table``, most suspect first; [] where the
+        database does not say."""
+        return list(self._hook.pyharvest_lock_holders(connection=connection, table=table, older_than=older_than) or ())
 
     def table_layouts(self) -> Sequence[str]:
         """The table layouts the dialect harvests: those it describes, by default ``native``."""

@@ -11,9 +11,11 @@ quoted by the dialect's own identifier rules.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
+
+from pyharvest.plugins.api.error_codes import error_codes
 
 if TYPE_CHECKING:
     from pyharvest.plugins.api.dialect import Dialect
@@ -78,18 +80,8 @@ def privilege_probe(table: sa.Table, privilege: str) -> sa.Executable:
     raise ValueError(f"no probe for privilege {privilege!r}; expected one of {', '.join(PRIVILEGES)}")
 
 
-def _codes(error: BaseException) -> set[Any]:
-    """The codes a driver's exception carries: its SQLSTATE and its error number, as the
-    drivers spell them (``sqlstate``, ``pgcode``, ``args[0]``, ``args[0].code``)."""
-    orig = getattr(error, "orig", None) or error
-    found: set[Any] = {getattr(orig, "sqlstate", None), getattr(orig, "pgcode", None)}
-    first = orig.args[0] if getattr(orig, "args", None) else None
-    found.add(first if isinstance(first, int) else getattr(first, "code", None))
-    return found - {None}
-
-
 def is_privilege_error(dialect: Dialect, error: BaseException) -> bool:
     """Whether ``error`` (a SQLAlchemy ``DBAPIError`` or the driver's own) is the database
     refusing a statement for want of a privilege, by the dialect's ``privilege_errors``."""
     codes = dialect.capabilities.privilege_errors
-    return bool(codes) and not _codes(error).isdisjoint(codes)
+    return bool(codes) and not error_codes(error).isdisjoint(codes)

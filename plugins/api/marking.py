@@ -53,8 +53,11 @@ READ_BACK_CHUNK = 1000
 
 @runtime_checkable
 class MarkStrategy(Protocol):
-    def mark(self, connection: sa.Connection, leader_id: str, limit: int) -> Sequence[Sequence[Any]]:
-        """Mark up to ``limit`` of the oldest rows not marked by ``leader_id``; commit; return them."""
+    def mark(self, connection: sa.Connection, leader_id: str, limit: int, after: int = 0) -> Sequence[Sequence[Any]]:
+        """Mark up to ``limit`` of the oldest rows not marked by ``leader_id`` whose id is above
+        ``after`` (the binding's key-set cursor: ``bindings/sql/mark_cursor.py``); commit; return
+        them. A strategy written before ``after`` existed (no such parameter) is called without
+        it and marks from the lowest id."""
         ...
 
     def statements(self, limit: int) -> Sequence[sa.Executable]:
@@ -107,9 +110,15 @@ class MarkQuery:
         """The ``:leader_id`` parameter, typed like the column (a UUID in goharvest's layout)."""
         return sa.bindparam("leader_id", type_=self.outbox.leader_id.type)
 
+    def after(self) -> sa.BindParameter[Any]:
+        """The ``:after`` parameter: the id the mark starts above; 0 (the lowest) where a
+        strategy's execution does not give it (one written before the cursor existed)."""
+        return sa.bindparam("after", 0, type_=self.outbox.id.type)
+
     def oldest(self, limit: int) -> sa.Select[Any]:
-        """``SELECT id FROM outbox WHERE <not marked by :leader_id> AND <every row filter>
-        ORDER BY id LIMIT n [FOR UPDATE]``."""
+        """``SELECT id FROM outbox WHERE id > :after AND <not marked by :leader_id> AND <every
+        row filter> ORDER BY id LIMIT n [FOR UPDATE]``: the key-set cursor's ``id > :after``
+        lets the primary key's walk start past what the leader already marked."""
         return self._cached("oldest", limit, self._oldest)  # type: ignore[no-any-return]
 
     def update(self, limit: int) -> sa.Update:
@@ -121,7 +130,7 @@ class MarkQuery:
         source: sa.FromClause = o.table.alias("oldest") if self.table_hint else o.table
         choose = (
             sa.select(source.c.id)
-            .where(o.unmarked_by(self.leader(), source))
+            .where(source.c.id > self.after(), o.unmarked_by(self.leader(), source))
             .order_by(source.c.id)
             .limit(literal_limit(limit) if self.literal else int(limit))
         )
@@ -167,12 +176,12 @@ class ReturningMark:
     def statements(self, limit: int) -> Sequence[sa.Executable]:
         return [*self.prelude, self.statement(limit)]
 
-    def mark(self, connection: sa.Connection, leader_id: str, limit: int) -> Sequence[Sequence[Any]]:
+    def mark(self, connection: sa.Connection, leader_id: str, limit: int, after: int = 0) -> Sequence[Sequence[Any]]:
         stmt = self.statement(limit)
         with connection.begin():
             for setting in self.prelude:
                 connection.execute(setting)
-            return connection.execute(stmt, {"leader_id": leader_id}).all()
+            return connection.execute(stmt, {"leader_id": leader_id, "after": after}).all()
 
 
 def _read_back(outbox: OutboxTable) -> sa.Select[Any]:
@@ -191,10 +200,11 @@ class ReturningIdsMark:
     def statements(self, limit: int) -> Sequence[sa.Executable]:
         return [self.query.update(limit).returning(self.query.outbox.id), self._read_back]
 
-    def mark(self, connection: sa.Connection, leader_id: str, limit: int) -> Sequence[Sequence[Any]]:
+    def mark(self, connection: sa.Connection, leader_id: str, limit: int, after: int = 0) -> Sequence[Sequence[Any]]:
         update, read_back = self.statements(limit)
         with connection.begin():
-            ids = [i for i in connection.execute(update, {"leader_id": leader_id}).scalars() if i is not None]
+            marked = connection.execute(update, {"leader_id": leader_id, "after": after}).scalars()
+            ids = [i for i in marked if i is not None]
             rows: list[Sequence[Any]] = []
             for start in range(0, len(ids), READ_BACK_CHUNK):
                 rows.extend(connection.execute(read_back, {"ids": ids[start : start + READ_BACK_CHUNK]}).all())
@@ -216,9 +226,10 @@ class TransactionalMark:
     def statements(self, limit: int) -> Sequence[sa.Executable]:
         return [self.query.oldest(limit), self._update, self._read_back]
 
-    def mark(self, connection: sa.Connection, leader_id: str, limit: int) -> Sequence[Sequence[Any]]:
+    def mark(self, connection: sa.Connection, leader_id: str, limit: int, after: int = 0) -> Sequence[Sequence[Any]]:
         with connection.begin():
-            ids = connection.execute(self.query.oldest(limit), {"leader_id": leader_id}).scalars().all()
+            chosen = connection.execute(self.query.oldest(limit), {"leader_id": leader_id, "after": after})
+            ids = chosen.scalars().all()
             if not ids:
                 return []
             connection.execute(self._update, {"leader_id": leader_id, "ids": ids})

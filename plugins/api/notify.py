@@ -6,7 +6,9 @@ A dialect that supports them implements two hooks (:mod:`pyharvest.plugins.hooks
 rollback), and ``pyharvest_listener``, which opens a dedicated connection that waits for those
 notifications. The SQL binding keeps one such connection per outbox on a thread of its own
 (:mod:`pyharvest.bindings.sql.change_feed`), reconnecting after a failure. Notifications only
-shorten the harvester's pause between marks; polling still finds every row.
+shorten the harvester's pause between marks; polling still finds every row. A dialect without
+these hooks gets the binding's own :class:`Listener` if ``PYHARVEST_WAKE_ADDRESS`` is set: the
+stasher's wake-up datagrams (:mod:`pyharvest.bindings.sql.wake_datagrams`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Two layouts exist:
 
 ``native``
     Portable across dialects: ``kafka_value`` is binary, ``kafka_headers`` is JSON text
-    (see :mod:`.headers`), ``leader_id`` is a 36-character string.
+    (see :mod:`pyharvest.core.outbox.headers`), ``leader_id`` is a 36-character string.
 ``goharvest``
     goharvest's own PostgreSQL table, unchanged: ``kafka_value`` is text (UTF-8),
     headers are two ``TEXT[]`` columns, ``leader_id`` is a ``UUID``.
@@ -26,7 +26,7 @@ from sqlalchemy.types import TypeDecorator
 
 from pyharvest.core.outbox.headers import EMPTY_HEADERS, decode_headers, encode_headers
 from pyharvest.core.outbox.keys import key_hash
-from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord
+from pyharvest.core.outbox.records import InvalidRecordError, OutboxRecord, stored_record
 from pyharvest.plugins.api.capabilities import backend_capabilities
 from pyharvest.plugins.api.identifiers import TableName
 
@@ -37,6 +37,7 @@ __all__ = [
     "KEY_LENGTH",
     "LAYOUTS",
     "NATIVE",
+    "Encoder",
     "GeneratedId",
     "MalformedRowError",
     "OutboxTable",
@@ -77,6 +78,8 @@ _UTC = UTC
 
 #: A clause a mark adds to its choice of rows, built on the table or alias it selects from.
 RowFilter = Callable[[sa.FromClause], sa.ColumnElement[bool]]
+#: A record, the time it is stashed at and its value as checked → the insert's parameters.
+Encoder = Callable[[OutboxRecord, datetime, bytes | str | None], dict[str, Any]]
 
 
 class MalformedRowError(ValueError):
@@ -159,16 +162,15 @@ def _decode_native(row: Sequence[Any]) -> OutboxRecord:
         decoded = () if headers == "[]" else decode_headers(headers)
     except (ValueError, TypeError) as e:
         raise MalformedRowError(id_, f"kafka_headers is not valid header JSON: {e}") from None
-    return OutboxRecord(topic, key, value, decoded, id_, create_time, leader_id)
+    return stored_record(topic, key, value, decoded, id_, create_time, leader_id)
 
 
-def _encode_native(record: OutboxRecord, now: datetime) -> dict[str, Any]:
-    value = record.value
+def _encode_native(record: OutboxRecord, now: datetime, value: bytes | str | None) -> dict[str, Any]:
     return {
         "create_time": now,
         "kafka_topic": record.topic,
         "kafka_key": record.key,
-        "kafka_value": value.encode() if type(value) is str else value,
+        "kafka_value": value.encode() if isinstance(value, str) else value,  # ASCII, else check_record encoded it
         "kafka_headers": encode_headers(record.headers),
     }
 
@@ -182,7 +184,7 @@ def _decode_goharvest(row: Sequence[Any]) -> OutboxRecord:
             f"{len(header_values)}; fix or delete the row",
         )
     headers = tuple(zip(header_keys, header_values, strict=True)) if header_keys else ()
-    return OutboxRecord(
+    return stored_record(
         topic, key, None if value is None else value.encode(), headers, id_, create_time, leader_id
     )
 
@@ -201,8 +203,8 @@ def _text(what: str, value: str | bytes) -> str:
     return value
 
 
-def _encode_goharvest(record: OutboxRecord, now: datetime) -> dict[str, Any]:
-    value = record.value
+def _encode_goharvest(record: OutboxRecord, now: datetime, _value: bytes | str | None) -> dict[str, Any]:
+    value = record.value  # stored as text: the record's own, not its UTF-8
     return {
         "create_time": now,
         "kafka_topic": record.topic,
@@ -213,9 +215,9 @@ def _encode_goharvest(record: OutboxRecord, now: datetime) -> dict[str, Any]:
     }
 
 
-def _with_key_hash(encode: Callable[[OutboxRecord, datetime], dict[str, Any]]) -> Callable[..., dict[str, Any]]:
-    def encode_with_hash(record: OutboxRecord, now: datetime) -> dict[str, Any]:
-        row = encode(record, now)
+def _with_key_hash(encode: Encoder) -> Encoder:
+    def encode_with_hash(record: OutboxRecord, now: datetime, value: bytes | str | None) -> dict[str, Any]:
+        row = encode(record, now, value)
         row[KEY_HASH_COLUMN] = key_hash(record.key)
         return row
 
@@ -223,7 +225,7 @@ def _with_key_hash(encode: Callable[[OutboxRecord, datetime], dict[str, Any]]) -
 
 
 # A layout's (columns, decode a row, encode a record).
-_Codec = tuple[Callable[[], list[sa.Column[Any]]], Callable[..., OutboxRecord], Callable[..., dict[str, Any]]]
+_Codec = tuple[Callable[[], list[sa.Column[Any]]], Callable[..., OutboxRecord], Encoder]
 _CODECS: dict[str, _Codec] = {
     NATIVE: (_native_columns, _decode_native, _encode_native),
     GOHARVEST: (_goharvest_columns, _decode_goharvest, _encode_goharvest),
@@ -241,7 +243,10 @@ class OutboxTable:
     layout: str
     table: sa.Table
     decode: Callable[[Sequence[Any]], OutboxRecord] = field(repr=False)
-    encode: Callable[[OutboxRecord, datetime], dict[str, Any]] = field(repr=False)
+    #: A checked record's insert parameters: ``encode(record, now, value)``, ``value`` being
+    #: the record's as :func:`~pyharvest.core.outbox.records.check_record` returned it (a str
+    #: that is not ASCII already in UTF-8), so that a stash encodes a value once.
+    encode: Encoder = field(repr=False)
     #: Clauses every mark adds to its row choice, each given the table (or the alias) the mark
     #: selects from: the quarantine's ``NOT EXISTS`` with ``poisonPolicy: quarantine``, the
     #: shard's key filter when the outbox is harvested in shards.

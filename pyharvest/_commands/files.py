@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyharvest.core.config.settings import Config, read_yaml_file, resolve_section
+from pyharvest.core.config.settings import Config, resolve_section
+from pyharvest.core.config.yaml_files import read_yaml_file
 from pyharvest.core.errors import ConfigError
 
 __all__ = ["OutboxTarget", "add_file_argument", "kafka_properties", "outbox_target", "read_file_sections"]

@@ -84,8 +84,8 @@ def cmd_inbox(args: argparse.Namespace) -> int:
     if args.init_db or args.dead_letters or args.replay:
         from pyharvest.bindings.sql.connect import create_engine, resolve
 
-        url, plugin = resolve(inbox_cfg.data_source, inbox_cfg.binding)
-        engine = create_engine(url, plugin)
+        url, dialect = resolve(inbox_cfg.data_source, inbox_cfg.binding)
+        engine = create_engine(url, dialect)
         tables = InboxTables.build(inbox_cfg.checkpoint_table, inbox_cfg.dedupe_table, inbox_cfg.dead_letter_table)
         try:
             tables.create(engine)

@@ -43,7 +43,7 @@ def setup_logging(level: int, as_json: bool = False) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     """Run the command ``args`` was parsed for (its ``func``) and return the process's exit code."""
-    from pyharvest.bindings.kafka.logs import flush_librdkafka_logs
+    from pyharvest.bindings.kafka.librdkafka_logs import flush_librdkafka_logs
 
     try:
         code = int(args.func(args))

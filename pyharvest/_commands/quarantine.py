@@ -4,7 +4,7 @@
     reaper quarantine replay  -f reaper.yaml --key K
     reaper quarantine discard -f reaper.yaml --key K
 
-``-f`` takes the data source, table and binding from the harvester's file (environment
+``-f`` takes the data source, table and dialect (``binding``) from the harvester's file (environment
 overrides applied), so that no password is on the command line; ``--data-source URL
 [--table T] [--binding B]`` give them instead, or override the file's.
 
@@ -100,10 +100,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=plain("\n\n".join(__doc__.split("\n\n")[2:4])) if __doc__ else None,
     )
     p.add_argument("action", choices=("list", "replay", "discard"), help="what to do")
-    add_file_argument(p, "the data source, table and binding")
+    add_file_argument(p, "the data source, table and dialect (binding)")
     p.add_argument("--data-source", help="SQLAlchemy URL (or a libpq key=value string); without -f, required")
     p.add_argument("--table", help="outbox table name, optionally schema-qualified (default: outbox)")
-    p.add_argument("--binding", default=None, help="dialect plugin (default: from the URL's scheme)")
+    p.add_argument("--binding", default=None, help="the dialect, by name (default: the one the URL's scheme names)")
     p.add_argument("--key", default=None, help="the key (required for replay and discard)")
     p.add_argument("--json", action="store_true", help="list: one JSON object per line")
     p.set_defaults(func=cmd_quarantine)

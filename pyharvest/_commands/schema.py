@@ -73,7 +73,7 @@ def schema_target(args: argparse.Namespace) -> SchemaTarget:
 
 def grants_of(target: SchemaTarget, component: str, role: str) -> str:
     """The ``GRANT`` statements ``component`` needs, for ``role``, as ``--grants`` prints them."""
-    from pyharvest.bindings.sql.grants import component_grants, grants_script
+    from pyharvest.bindings.sql.component_grants import component_grants, grants_script
     from pyharvest.plugins.api import OutboxTable, load_dialect, parse_table_name
 
     dialect = load_dialect(target.binding)

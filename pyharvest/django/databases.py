@@ -1,12 +1,12 @@
-"""What pyharvest needs to know about a Django database: its dialect plugin, the outbox
+"""What pyharvest needs to know about a Django database: its dialect, the outbox
 table's name, and a SQLAlchemy URL for the harvester.
 
 Django names a database by its backend's ``vendor`` (``postgresql``, ``mysql`` for MySQL and
 MariaDB, ``sqlite``, ``oracle``, ``microsoft`` for mssql-django); pyharvest's dialect registry
-maps SQLAlchemy backend names to dialect plugins (:func:`~pyharvest.plugins.api.dialect_for_backend`).
+maps SQLAlchemy backend names to dialects (:func:`~pyharvest.plugins.api.dialect_for_backend`).
 The two vocabularies agree, and a dialect serving a vendor that SQLAlchemy names otherwise
 lists the vendor among its backends (SQL Server's plugin: ``microsoft``); the URL is then
-built with the plugin's first backend name.
+built with the dialect's first backend name.
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ def outbox_table_name(table: str | TableName | None = None) -> TableName:
 
 
 def dialect_for_connection(connection: Any) -> Dialect:
-    """The pyharvest dialect plugin serving a Django connection (``connections[alias]``, or a
+    """The pyharvest dialect serving a Django connection (``connections[alias]``, or a
     migration's ``schema_editor.connection``); :class:`~pyharvest.errors.BindingError` when no
-    installed plugin serves its vendor."""
+    installed dialect serves its vendor."""
     vendor: str = connection.vendor
     found = _dialects.get(vendor)
     if found is None:

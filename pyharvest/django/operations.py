@@ -17,14 +17,14 @@ __all__ = ["CreateOutboxTable", "outbox_ddl"]
 def outbox_ddl(connection: Any, table: str | None = None) -> list[str]:
     """The statements that create the outbox table on a Django connection's database: the
     dialect plugin's DDL, the same as ``reaper init-db`` runs and ``reaper schema`` prints."""
-    plugin = dialect_for_connection(connection)
-    return plugin.outbox_ddl(OutboxTable.build(outbox_table_name(table), NATIVE))
+    dialect = dialect_for_connection(connection)
+    return dialect.outbox_ddl(OutboxTable.build(outbox_table_name(table), NATIVE))
 
 
 def _drop_ddl(connection: Any, table: str | None = None) -> str:
-    plugin = dialect_for_connection(connection)
+    dialect = dialect_for_connection(connection)
     outbox = OutboxTable.build(outbox_table_name(table), NATIVE)
-    return str(sa.schema.DropTable(outbox.table).compile(dialect=plugin.sqlalchemy_dialect())).strip()
+    return str(sa.schema.DropTable(outbox.table).compile(dialect=dialect.sqlalchemy_dialect())).strip()
 
 
 class CreateOutboxTable(Operation):  # type: ignore[misc]  # Django ships no type information

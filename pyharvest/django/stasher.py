@@ -1,7 +1,7 @@
 """Stash outbox records on Django's own connection, inside ``transaction.atomic()``.
 
 The INSERT is the stasher's (``sa.insert(outbox.table)``), compiled once per (dialect, table)
-with the dialect plugin's SQLAlchemy dialect in Django's ``%s`` placeholder style, and run with
+with the pyharvest dialect's SQLAlchemy dialect in Django's ``%s`` placeholder style, and run with
 Django's cursor: the record is in the transaction of the ``atomic()`` block around it, and
 commits or rolls back with it. Parameters go through the column types' bind processors for
 that dialect, so rows are stored exactly as :mod:`pyharvest.stasher` stores them.
@@ -21,10 +21,11 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 
 from pyharvest import tracing
 from pyharvest.core.errors import BindingError
-from pyharvest.core.outbox.records import OutboxRecord, validate_record
+from pyharvest.core.outbox.records import OutboxRecord, check_record
 from pyharvest.django.databases import dialect_for_connection, outbox_table_name
 from pyharvest.plugins.api import KEY_HASH_COLUMN, KEY_HASH_GUARD_SUFFIX, NATIVE, OutboxTable, TableName
 from pyharvest.stasher.errors import OutboxTableChangedError
+from pyharvest.stasher.typed import CloudEvents, Typing, ValueSerializer
 
 __all__ = ["stash", "stash_many"]
 
@@ -53,21 +54,21 @@ _checked: weakref.WeakKeyDictionary[Any, dict[TableName, bool]] = weakref.WeakKe
 
 
 def _insert(connection: Any, table: TableName, key_hash: bool) -> _Insert:
-    plugin = dialect_for_connection(connection)
-    key = (plugin.name, table, key_hash)
+    dialect = dialect_for_connection(connection)
+    key = (dialect.name, table, key_hash)
     found = _inserts.get(key)
     if found is not None:
         return found
     outbox = OutboxTable.build(table, NATIVE, key_hash=key_hash)
     # Django's cursors take ``%s`` placeholders on every backend (and convert them for sqlite3
-    # and Oracle): compile for the plugin's SQLAlchemy dialect in that paramstyle.
-    dialect_class: Any = type(plugin.sqlalchemy_dialect())
-    dialect: sa.Dialect = dialect_class(paramstyle="format")
+    # and Oracle): compile for the dialect's SQLAlchemy dialect in that paramstyle.
+    dialect_class: Any = type(dialect.sqlalchemy_dialect())
+    sa_dialect: sa.Dialect = dialect_class(paramstyle="format")
     # inline(): no RETURNING of the generated id, which Django's cursor would leave unread.
-    compiled = sa.insert(outbox.table).inline().compile(dialect=dialect, column_keys=list(outbox.stashed_columns))
+    compiled = sa.insert(outbox.table).inline().compile(dialect=sa_dialect, column_keys=list(outbox.stashed_columns))
     columns = tuple(compiled.positiontup or ())
     assert set(columns) == set(outbox.stashed_columns), (columns, outbox.stashed_columns)
-    processors = tuple(compiled.binds[c].type.dialect_impl(dialect).bind_processor(dialect) for c in columns)
+    processors = tuple(compiled.binds[c].type.dialect_impl(sa_dialect).bind_processor(sa_dialect) for c in columns)
     found = _Insert(outbox, str(compiled), columns, processors)
     with _lock:
         _inserts[key] = found
@@ -110,8 +111,16 @@ def _has_traceparent(record: OutboxRecord) -> bool:
     return any(name.lower() == "traceparent" for name, _ in record.headers)
 
 
-def _write(using: str, table: str | TableName | None, records: Sequence[OutboxRecord], propagate_trace: bool) -> int:
-    validated = [validate_record(r) for r in records]  # every record, before touching the database
+def _write(
+    using: str, table: str | TableName | None, records: Sequence[OutboxRecord], propagate_trace: bool,
+    typing: Typing | None = None,
+) -> int:
+    if typing is not None:
+        records = [typing.apply(r) for r in records]  # serialised first: what is checked is what is stored
+    # Every record, before touching the database; each value as the check left it (a non-ASCII
+    # text encoded once, there). Tracing adds headers, not values.
+    values = [check_record(r)[1] for r in records]
+    validated = list(records)
     if propagate_trace:
         validated = _traced(validated)
     if not validated:
@@ -122,7 +131,7 @@ def _write(using: str, table: str | TableName | None, records: Sequence[OutboxRe
     insert = _insert(connection, name, key_hash)
     now = OutboxTable.now()
     encode, parameters = insert.outbox.encode, insert.parameters
-    rows = [parameters(encode(r, now)) for r in validated]
+    rows = [parameters(encode(r, now, v)) for r, v in zip(validated, values, strict=True)]
     # Inside the caller's atomic() block an error marks it for rollback, as Django's own writes
     # do (no savepoint: the record belongs to the block). Outside one, a single INSERT is
     # autocommitted, and many are written in a transaction of their own: all of them or none.
@@ -153,6 +162,8 @@ def stash(
     using: str = DEFAULT_DB_ALIAS,
     table: str | TableName | None = None,
     propagate_trace: bool = False,
+    value_serializer: ValueSerializer | None = None,
+    cloud_events: CloudEvents | None = None,
 ) -> None:
     """Write ``record`` into the outbox table of database ``using``, in the transaction of
     the ``transaction.atomic()`` block around the call: it commits, and is published, only if
@@ -161,9 +172,11 @@ def stash(
     ``table`` defaults to the ``PYHARVEST_OUTBOX_TABLE`` setting (``outbox``). The record is
     validated first (:class:`~pyharvest.errors.InvalidRecordError`, nothing written). A missing table
     raises :class:`~pyharvest.errors.BindingError` naming ``migrate pyharvest``. ``propagate_trace``
-    adds the current OpenTelemetry trace's headers, as the SQLAlchemy stasher's does.
+    adds the current OpenTelemetry trace's headers, as the SQLAlchemy stasher's does;
+    ``value_serializer`` and ``cloud_events`` serialise the value and add CloudEvents headers as
+    the SQLAlchemy ``Stasher``'s do (docs/typed-messages.md).
     """
-    _write(using, table, (record,), propagate_trace)
+    _write(using, table, (record,), propagate_trace, _typing(value_serializer, cloud_events))
 
 
 def stash_many(
@@ -172,7 +185,13 @@ def stash_many(
     using: str = DEFAULT_DB_ALIAS,
     table: str | TableName | None = None,
     propagate_trace: bool = False,
+    value_serializer: ValueSerializer | None = None,
+    cloud_events: CloudEvents | None = None,
 ) -> int:
     """Validate all of ``records``, then write them with one ``executemany``; return how many.
     One invalid record means none are written. Same transaction rules as :func:`stash`."""
-    return _write(using, table, list(records), propagate_trace)
+    return _write(using, table, list(records), propagate_trace, _typing(value_serializer, cloud_events))
+
+
+def _typing(value_serializer: ValueSerializer | None, cloud_events: CloudEvents | None) -> Typing | None:
+    return Typing(value_serializer, cloud_events) if value_serializer is not None or cloud_events is not None else None

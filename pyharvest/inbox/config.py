@@ -25,11 +25,12 @@ from pyharvest.core.config.mapping import (
     section_from_mapping,
     yaml_key,
 )
-from pyharvest.core.config.settings import LoggingConfig, file_sections, read_yaml_file
+from pyharvest.core.config.settings import LoggingConfig
+from pyharvest.core.config.yaml_files import check_file_sections, file_sections, read_yaml_file
 from pyharvest.core.errors import ConfigError
 from pyharvest.plugins.api import parse_table_name
 
-__all__ = ["ERROR_POLICIES", "InboxConfig", "InboxFile", "InboxLimits"]
+__all__ = ["ERROR_POLICIES", "InboxConfig", "InboxFile", "InboxLimits", "ResolvedInboxConfig"]
 
 #: ``stop``: a failing handler stops the consumer, nothing is skipped.
 #: ``dead-letter``: the message is stored with its error, later messages of its key are parked.
@@ -129,9 +130,17 @@ class InboxConfig:
     dedupe_window: int = 100_000
     limits: InboxLimits = field(default_factory=InboxLimits)
 
-    def resolve(self) -> InboxConfig:
-        """A validated copy with defaults filled in; raises :class:`ConfigError`."""
-        c = dataclasses.replace(self, limits=self.limits.resolve(), topics=list(self.topics or []))
+    def resolve(self) -> ResolvedInboxConfig:
+        """A validated copy with defaults filled in; raises :class:`ConfigError`. One that is
+        resolved already is returned as it is (resolved once, where the inbox is configured)."""
+        if isinstance(self, ResolvedInboxConfig):
+            return self
+        return ResolvedInboxConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+
+    def _fill_in(self) -> None:
+        """Fill in the defaults and validate, in place (a :class:`ResolvedInboxConfig` being built)."""
+        c = self
+        c.limits, c.topics = c.limits.resolve(), list(c.topics or [])
         if not isinstance(c.base_kafka_config, Mapping) or not all(isinstance(k, str) for k in c.base_kafka_config):
             raise ConfigError(
                 "inbox.baseKafkaConfig", f"expected a mapping of Kafka properties, got {c.base_kafka_config!r}"
@@ -155,7 +164,7 @@ class InboxConfig:
         if not isinstance(c.data_source, str) or not c.data_source.strip():
             raise ConfigError("inbox.dataSource", "expected a SQLAlchemy URL (or a libpq key=value string)")
         if c.binding is not None and (not isinstance(c.binding, str) or not c.binding):
-            raise ConfigError("inbox.binding", f"expected the name of a dialect plugin, got {c.binding!r}")
+            raise ConfigError("inbox.binding", f"expected the name of a dialect, got {c.binding!r}")
         names = {}
         for fname in ("checkpoint_table", "dedupe_table", "dead_letter_table"):
             try:
@@ -174,7 +183,6 @@ class InboxConfig:
             raise ConfigError(
                 "inbox.dedupeWindow", f"expected a whole number of offsets of at least 1, got {c.dedupe_window!r}"
             )
-        return c
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], prefix: str = "inbox") -> InboxConfig:
@@ -183,6 +191,16 @@ class InboxConfig:
 
     def to_mapping(self, mask_secrets: bool = True) -> dict[str, object]:
         return config_to_mapping(self, mask_secrets)
+
+
+# eq=False and repr=False keep InboxConfig's own.
+@dataclass(slots=True, repr=False, eq=False)
+class ResolvedInboxConfig(InboxConfig):
+    """An :class:`InboxConfig` with every default filled in and validated: what the inbox's
+    runner takes. ``dataclasses.replace`` of one validates the copy again."""
+
+    def __post_init__(self) -> None:
+        self._fill_in()
 
     # Never let a password reach a log line through repr() or str().
     __repr__ = __str__ = masked_repr
@@ -200,8 +218,11 @@ class InboxFile:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> InboxFile:
         data = file_sections(data, "inbox")
-        if not data.get("inbox"):
-            raise ConfigError("inbox", "missing section; the configuration file needs an 'inbox:' mapping")
+        # Both sections checked, in the file's order, their errors reported together.
+        check_file_sections(
+            {k: v for k, v in data.items() if k != "inbox" or v}, {"inbox": InboxConfig.from_mapping,
+                                                                  "logging": LoggingConfig.from_mapping}, "inbox"
+        )
         return cls(InboxConfig.from_mapping(data["inbox"]), LoggingConfig.from_mapping(data.get("logging")))
 
     @classmethod

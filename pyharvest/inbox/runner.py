@@ -51,6 +51,7 @@ from pyharvest.core.inbox.message import InboxMessage
 from pyharvest.core.inbox.ports import InboxConsumer, InboxPorts
 from pyharvest.core.inbox.stats import InboxStats
 from pyharvest.inbox.config import InboxConfig
+from pyharvest.inbox.decoding import ValueDeserializer, decoding_batch_handler, decoding_handler
 
 __all__ = ["BatchHandler", "Handler", "Inbox"]
 
@@ -80,7 +81,10 @@ class Inbox:
     >>> Inbox(config, batch_handler=apply_payments)      # doctest: +SKIP
 
     ``engine`` replaces the engine built from ``config.data_source``; ``consumer_factory``
-    (for tests) builds the Kafka consumer from its configuration.
+    (for tests) builds the Kafka consumer from its configuration. ``value_deserializer`` (a
+    confluent-kafka ``Deserializer``, e.g. ``AvroDeserializer(registry)``) decodes each value
+    before the handler sees it; a value that does not decode is a poison message for the
+    ``errorPolicy`` (:mod:`pyharvest.inbox.decoding`).
     """
 
     def __init__(
@@ -91,6 +95,7 @@ class Inbox:
         batch_handler: BatchHandler | None = None,
         engine: sa.Engine | None = None,
         consumer_factory: Callable[[dict[str, object]], Any] | None = None,
+        value_deserializer: ValueDeserializer | None = None,
     ) -> None:
         if (handler is None) == (batch_handler is None):
             raise TypeError(
@@ -102,6 +107,13 @@ class Inbox:
         if batch_handler is not None and not callable(batch_handler):
             raise TypeError(f"batch_handler must be callable as batch_handler(tx, messages), got {batch_handler!r}")
         self.config = config.resolve()
+        if value_deserializer is not None:
+            # The handler sees decoded values; one that does not decode fails the handler's call
+            # (pyharvest.inbox.decoding), which the error policy handles as any poison message.
+            if handler is not None:
+                handler = decoding_handler(handler, value_deserializer)
+            if batch_handler is not None:
+                batch_handler = decoding_batch_handler(batch_handler, value_deserializer)
         self._handler = handler
         self._batch_handler = batch_handler
         self._external_engine = engine
@@ -197,12 +209,11 @@ class Inbox:
         else:
             from pyharvest.bindings.sql.connect import create_engine, resolve
 
-            url, plugin = resolve(c.data_source, c.binding)
-            engine = create_engine(url, plugin)
+            engine = create_engine(*resolve(c.data_source, c.binding))
         self._engine = engine
         if c.create_tables:
             self.tables.create(engine)
-        from pyharvest.bindings.sql.grants import check_grants
+        from pyharvest.bindings.sql.component_grants import check_grants
         from pyharvest.plugins.api import dialect_of
 
         dialect = dialect_of(engine)

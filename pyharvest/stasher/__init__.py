@@ -35,6 +35,8 @@ Statements are built once per (dialect, table, layout) and SQLAlchemy's compiled
 keeps their compiled form. Where the database's dialect supports several layouts
 (PostgreSQL: native and goharvest's), the dialect recognises the table's from its columns,
 once per engine (``layout=`` forces one); the same look-up reads the key column's length.
+A :class:`Stasher` keeps what it made of them per engine (one stasher may serve several), so
+that a stash checks, sizes and encodes its record once and looks nothing up.
 
 Before anything is written, an ill-formed record (:func:`validate_record`), a key longer than
 the table's key column, a record over ``max_record_bytes`` and a missing table are refused:
@@ -58,15 +60,20 @@ from pyharvest.stasher.errors import DEFAULT_MAX_RECORD_BYTES, KAFKA_MESSAGE_MAX
 if TYPE_CHECKING:
     from pyharvest.stasher.batch import BatchStasher
     from pyharvest.stasher.stashers import AsyncPreparedStasher, PreparedStasher, Stasher, astash, stash
+    from pyharvest.stasher.typed import CloudEvents, SchemaMismatchError, SchemaRegistryError, registry_client
 
 __all__ = [
     "DEFAULT_MAX_RECORD_BYTES",
     "KAFKA_MESSAGE_MAX_BYTES",
     "AsyncPreparedStasher",
     "BatchStasher",
+    "CloudEvents",
     "PreparedStasher",
+    "SchemaMismatchError",
+    "SchemaRegistryError",
     "Stasher",
     "astash",
+    "registry_client",
     "stash",
     "validate_record",
 ]
@@ -74,6 +81,7 @@ __all__ = [
 _LAZY = {
     "AsyncPreparedStasher": "stashers", "PreparedStasher": "stashers", "Stasher": "stashers",
     "astash": "stashers", "stash": "stashers", "BatchStasher": "batch",
+    "CloudEvents": "typed", "SchemaMismatchError": "typed", "SchemaRegistryError": "typed", "registry_client": "typed",
 }
 
 

@@ -1,31 +1,24 @@
-"""The stasher and its prepared stashers (sync and async): validation, trace headers, encoding,
-and the insert into the caller's transaction. The public surface is :mod:`pyharvest.stasher`."""
+"""The stasher and its prepared stashers (sync and async): the insert into the caller's
+transaction, through the stasher's plan for the connection's engine (:mod:`.plans`: the
+statement, the limits, the checks and the encoding). The public surface is :mod:`pyharvest.stasher`."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Sequence
-from operator import itemgetter
+import weakref
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import sqlalchemy as sa
 
-from pyharvest import tracing
-from pyharvest.core.outbox.records import Header, OutboxRecord, validate_record
+from pyharvest.core.outbox.records import OutboxRecord, check_record
 from pyharvest.plugins.api import GOHARVEST, NATIVE, OutboxTable, TableName, parse_table_name
+from pyharvest.stasher import tables
 from pyharvest.stasher.batch import BatchStasher
 from pyharvest.stasher.errors import DEFAULT_MAX_RECORD_BYTES
-from pyharvest.stasher.limits import StashLimits
-from pyharvest.stasher.notify import awake_harvester, wake_harvester
-from pyharvest.stasher.tables import (
-    TableShape,
-    ashape_of,
-    bulk_writers_of,
-    forced,
-    refused_insert,
-    shape_of,
-    statement,
-)
+from pyharvest.stasher.notify import anotify, wake_on_commit
+from pyharvest.stasher.plans import StashPlan, trace_headers
+from pyharvest.stasher.tables import TableShape, ashape_of, shape_of
+from pyharvest.stasher.typed import CloudEvents, Typing, ValueSerializer
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
@@ -60,46 +53,18 @@ async def _async_connection(tx: AsyncTx) -> AsyncConnection:
     raise TypeError(f"astash needs a SQLAlchemy AsyncConnection or AsyncSession, got {type(tx).__name__}")
 
 
-def _has_traceparent(headers: Sequence[Header]) -> bool:
-    return any(name.lower() == "traceparent" for name, _ in headers)
-
-
-def _traced(records: list[OutboxRecord]) -> list[OutboxRecord]:
-    """``records`` with the current trace's headers added to those without a ``traceparent``
-    (the caller's explicit choice wins). The trace headers are computed at most once (an
-    inject costs microseconds); records are copied, never changed in place."""
-    extra: list[tuple[str, str]] | None = None
-    out = records
-    for i, r in enumerate(records):
-        if _has_traceparent(r.headers):
-            continue
-        if extra is None:
-            extra = tracing.trace_headers()
-            if not extra:
-                return records  # no OpenTelemetry, or no span: nothing to add
-            out = list(records)
-        out[i] = dataclasses.replace(r, headers=[*r.headers, *extra])
-    return out
-
-
 C = TypeVar("C")
 
 
 class _Prepared(Generic[C]):
-    """What the sync and async prepared stashers share: validation, trace headers and the
-    encoding into statement parameters. Only the execute differs."""
+    """What the sync and async prepared stashers share: a connection and the stasher's plan
+    for its engine. Only the execute differs."""
 
-    __slots__ = ("_check", "_conn", "_encode", "_insert", "outbox", "propagate_trace")
+    __slots__ = ("_conn", "_plan", "propagate_trace")
 
-    def __init__(
-        self, conn: C, outbox: OutboxTable, insert: sa.Insert, propagate_trace: bool = False,
-        limits: StashLimits | None = None,
-    ) -> None:
+    def __init__(self, conn: C, plan: StashPlan, propagate_trace: bool = False) -> None:
         self._conn = conn
-        self._insert = insert
-        self._encode = outbox.encode
-        self._check = (limits or StashLimits(outbox.name, None, None)).check
-        self.outbox = outbox
+        self._plan = plan
         self.propagate_trace = propagate_trace
 
     @property
@@ -107,72 +72,44 @@ class _Prepared(Generic[C]):
         """The connection (and so the transaction) this stasher writes on."""
         return self._conn
 
-    def encode(self, record: OutboxRecord) -> dict[str, Any]:
-        """``record`` validated, traced and encoded into the insert's parameters."""
-        record = validate_record(record)
-        if self.propagate_trace:
-            (record,) = _traced([record])
-        return self._encode(self._check(record), OutboxTable.now())
+    @property
+    def outbox(self) -> OutboxTable:
+        return self._plan.outbox
 
-    def _params_many(self, records: Iterable[OutboxRecord]) -> list[dict[str, Any]]:
-        now = OutboxTable.now()
-        encode, check = self._encode, self._check
-        if not self.propagate_trace:
-            # The hot path: one pass, every record validated and encoded before any write.
-            return [encode(check(validate_record(r)), now) for r in records]
-        validated = _traced([validate_record(r) for r in records])
-        return [encode(check(r), now) for r in validated]
+    @property
+    def _insert(self) -> sa.Insert:
+        return self._plan.insert
+
+    def encode(self, record: OutboxRecord) -> dict[str, Any]:
+        """``record`` validated, traced and encoded into the insert's parameters (the trace
+        current now: a batch's records each carry their own stash's)."""
+        return self._plan.encode(record, OutboxTable.now(), trace_headers(self.propagate_trace))
 
 
 class PreparedStasher(_Prepared[sa.Connection]):
     """Stashes records on one connection with one statement; see :meth:`Stasher.prepare`."""
 
-    __slots__ = ("_row", "bulk")
+    __slots__ = ()
 
-    def __init__(
-        self, conn: sa.Connection, outbox: OutboxTable, insert: sa.Insert, propagate_trace: bool = False,
-        bulk: bool = True, limits: StashLimits | None = None,
-    ) -> None:
-        super().__init__(conn, outbox, insert, propagate_trace, limits)
-        self.bulk = bulk
-        self._row = itemgetter(*outbox.stashed_columns)  # encoded parameters → a bulk writer's row
+    @property
+    def bulk(self) -> bool:
+        """Whether a large enough :meth:`stash_many` goes through the dialect's bulk writer."""
+        return self._plan.writers is not None
 
     def stash(self, record: OutboxRecord) -> None:
-        params = self.encode(record)
-        try:
-            self._conn.execute(self._insert, params)
-        except sa.exc.DBAPIError as e:
-            changed = refused_insert(e, self._conn.engine, self.outbox)
-            if changed is None:
-                raise
-            raise changed from e
+        self._plan.execute(self._conn, self.encode(record))
 
     def stash_many(self, records: Iterable[OutboxRecord]) -> int:
         """Validate all, then insert all in one executemany (or the dialect's bulk writer,
         e.g. ``COPY``, for a large enough batch); return how many."""
-        params = self._params_many(records)
-        self.write(params)
+        params = self._plan.encode_many(records, trace_headers(self.propagate_trace))
+        self._plan.write(self._conn, params)
         return len(params)
 
     def write(self, params: list[dict[str, Any]]) -> None:
         """Insert encoded records (:meth:`encode`): through the dialect's bulk writer when the
         batch is large enough, else one executemany."""
-        if not params:
-            return
-        writers = bulk_writers_of(self.outbox) if self.bulk and len(params) > 1 else None
-        conn = self._conn
-        try:
-            writer = writers.get(conn) if writers is not None else None
-            if writer is not None and len(params) >= writer.min_rows and writer(conn, list(map(self._row, params))):
-                return
-            conn.execute(self._insert, params)
-        except sa.exc.DBAPIError as e:
-            if writers is not None:
-                writers.insert_failed(conn.engine)
-            changed = refused_insert(e, conn.engine, self.outbox)
-            if changed is None:
-                raise
-            raise changed from e
+        self._plan.write(self._conn, params)
 
 
 class AsyncPreparedStasher(_Prepared["AsyncConnection"]):
@@ -182,23 +119,28 @@ class AsyncPreparedStasher(_Prepared["AsyncConnection"]):
     __slots__ = ()
 
     async def stash(self, record: OutboxRecord) -> None:
-        await self._execute(self.encode(record))
+        await _aexecute(self._conn, self._plan, self.encode(record))
 
     async def stash_many(self, records: Iterable[OutboxRecord]) -> int:
         """Validate all, then insert all in one executemany; return how many."""
-        params = self._params_many(records)
+        params = self._plan.encode_many(records, trace_headers(self.propagate_trace))
         if params:
-            await self._execute(params)
+            await _aexecute(self._conn, self._plan, params)
         return len(params)
 
-    async def _execute(self, params: dict[str, Any] | list[dict[str, Any]]) -> None:
-        try:
-            await self._conn.execute(self._insert, params)
-        except sa.exc.DBAPIError as e:
-            changed = refused_insert(e, self._conn.sync_engine, self.outbox)
-            if changed is None:
-                raise
-            raise changed from e
+
+async def _aexecute(conn: AsyncConnection, plan: StashPlan, params: dict[str, Any] | list[dict[str, Any]]) -> None:
+    try:
+        await conn.execute(plan.insert, params)
+    except sa.exc.DBAPIError as e:
+        plan.raise_refused(e, conn.sync_engine)
+
+
+async def _awake(conn: AsyncConnection, plan: StashPlan) -> None:
+    if plan.notify is not None:
+        await anotify(conn, plan.outbox.name, plan.notify)
+    elif conn.sync_connection is not None:  # no notify statement: a datagram on commit, if configured
+        wake_on_commit(conn.sync_connection, plan.outbox.name)
 
 
 class Stasher:
@@ -217,8 +159,17 @@ class Stasher:
     longer than the table's key column, and (:class:`RecordTooLargeError`) if its key, value and
     headers come to more than ``max_record_bytes`` (default: what the harvester's producer
     publishes at librdkafka's default ``message.max.bytes``, once it has added its own headers;
-    a larger record would fail at publish and hold back its key; ``None``: no limit).
+    a larger record would fail at publish and park its key; ``None``: no limit).
     A missing table raises :class:`OutboxTableMissingError`, saying how to create it.
+
+    ``value_serializer`` (a confluent-kafka ``Serializer``: ``AvroSerializer``, ``JSONSerializer``,
+    ``ProtobufSerializer``) turns each record's value into the framed bytes stored, with the
+    record topic's ``SerializationContext``, before the record is checked: a value its schema
+    refuses raises :class:`~pyharvest.stasher.SchemaMismatchError` and a registry that refuses
+    the schema or cannot be reached :class:`~pyharvest.stasher.SchemaRegistryError`, and nothing
+    is written. The harvester publishes the stored bytes as they are, never asking the registry.
+    ``cloud_events`` (:class:`~pyharvest.stasher.CloudEvents`) adds the CloudEvents binary-mode
+    headers. See docs/typed-messages.md.
     """
 
     def __init__(
@@ -229,6 +180,8 @@ class Stasher:
         propagate_trace: bool = False,
         bulk: bool = True,
         max_record_bytes: int | None = DEFAULT_MAX_RECORD_BYTES,
+        value_serializer: ValueSerializer | None = None,
+        cloud_events: CloudEvents | None = None,
     ) -> None:
         self.table = parse_table_name(table)
         if layout is not None and layout not in (NATIVE, GOHARVEST):
@@ -241,32 +194,63 @@ class Stasher:
         self.propagate_trace = propagate_trace
         self.bulk = bulk
         self.max_record_bytes = max_record_bytes
+        self.value_serializer = value_serializer
+        self.cloud_events = cloud_events
+        #: How a record's value becomes what is stored (None: stored as given).
+        self._typing = Typing(value_serializer, cloud_events) if value_serializer or cloud_events else None
+        # engine → this stasher's plan there; weak, so that a disposed engine does not linger.
+        # Per engine, not per stasher: one stasher may serve several databases.
+        self._plans: weakref.WeakKeyDictionary[sa.Engine, StashPlan] = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
         return (
             f"Stasher(table={str(self.table)!r}, layout={self.layout!r}, "
             f"propagate_trace={self.propagate_trace!r}, bulk={self.bulk!r}, "
-            f"max_record_bytes={self.max_record_bytes!r})"
+            f"max_record_bytes={self.max_record_bytes!r}"
+            + (f", value_serializer={type(self.value_serializer).__name__}" if self.value_serializer else "")
+            + (f", cloud_events={self.cloud_events!r}" if self.cloud_events else "")
+            + ")"
         )
 
-    def _limits(self, shape: TableShape) -> StashLimits:
-        return StashLimits(self.table, shape.key_length, self.max_record_bytes)
+    def _plan(self, conn: sa.Connection) -> StashPlan:
+        """This stasher's plan for ``conn``'s engine, made on first use there (and again when
+        the table's shape was forgotten): the look-ups of one stash happen once per engine."""
+        engine = conn.engine
+        plan = self._plans.get(engine)
+        if plan is None or plan.stale:
+            made_after = tables.forgotten
+            plan = self._make_plan(conn.dialect, shape_of(conn, self.table), made_after)
+            self._plans[engine] = plan
+        return plan
+
+    async def _aplan(self, conn: AsyncConnection) -> StashPlan:
+        # The same plans as the sync path's: an AsyncEngine wraps a sync Engine.
+        engine = conn.sync_engine
+        plan = self._plans.get(engine)
+        if plan is None or plan.stale:
+            made_after = tables.forgotten
+            plan = self._make_plan(conn.dialect, await ashape_of(conn, self.table), made_after)
+            self._plans[engine] = plan
+        return plan
+
+    def _make_plan(self, dialect: sa.Dialect, shape: TableShape, made_after: int) -> StashPlan:
+        return StashPlan.make(
+            dialect, shape, self.table, self.layout, self.bulk, self.max_record_bytes, made_after, self._typing
+        )
 
     def prepare(self, tx: sa.Connection | Session) -> PreparedStasher:
         """A stasher bound to ``tx``'s connection (and so to its transaction)."""
         conn = _connection(tx)
-        shape = shape_of(conn, self.table)
-        outbox, insert = statement(conn.dialect.name, self.table, forced(shape, self.layout))
-        wake_harvester(conn, self.table)  # PostgreSQL: NOTIFY on commit, now and then
-        return PreparedStasher(conn, outbox, insert, self.propagate_trace, self.bulk, self._limits(shape))
+        plan = self._plan(conn)
+        plan.wake(conn)  # PostgreSQL: NOTIFY on commit, now and then
+        return PreparedStasher(conn, plan, self.propagate_trace)
 
     async def aprepare(self, tx: AsyncTx) -> AsyncPreparedStasher:
         """:meth:`prepare` for an ``AsyncConnection`` or ``AsyncSession``."""
         conn = await _async_connection(tx)
-        shape = await ashape_of(conn, self.table)
-        outbox, insert = statement(conn.dialect.name, self.table, forced(shape, self.layout))
-        await awake_harvester(conn, self.table)
-        return AsyncPreparedStasher(conn, outbox, insert, self.propagate_trace, self._limits(shape))
+        plan = await self._aplan(conn)
+        await _awake(conn, plan)
+        return AsyncPreparedStasher(conn, plan, self.propagate_trace)
 
     def batch(self, tx: sa.Connection | Session, flush_every: int = 100) -> BatchStasher:
         """A buffering writer: records reach the database in batches of ``flush_every``, and
@@ -282,21 +266,41 @@ class Stasher:
         return BatchStasher(self.prepare(tx), flush_every)
 
     def stash(self, tx: sa.Connection | Session, record: OutboxRecord) -> None:
-        validate_record(record)  # before touching the connection at all
-        StashLimits(self.table, None, self.max_record_bytes).check(record)
-        self.prepare(tx).stash(record)
+        if self._typing is not None:
+            record = self._typing.apply(record)  # serialised first: what is checked is what is stored
+        size, value = check_record(record)  # before touching the connection at all
+        conn = _connection(tx)
+        plan = self._plan(conn)
+        params = plan.encode_checked(record, size, value, OutboxTable.now(), trace_headers(self.propagate_trace))
+        plan.wake(conn)  # once the record passed: a refused one sends nothing
+        plan.execute(conn, params)
 
     def stash_many(self, tx: sa.Connection | Session, records: Iterable[OutboxRecord]) -> int:
-        return self.prepare(tx).stash_many(records)
+        conn = _connection(tx)
+        plan = self._plan(conn)
+        params = plan.encode_many(records, trace_headers(self.propagate_trace))
+        plan.wake(conn)
+        plan.write(conn, params)
+        return len(params)
 
     async def astash(self, tx: AsyncTx, record: OutboxRecord) -> None:
-        # Before touching the connection (or beginning a session's transaction).
-        validate_record(record)
-        StashLimits(self.table, None, self.max_record_bytes).check(record)
-        await (await self.aprepare(tx)).stash(record)
+        if self._typing is not None:
+            record = self._typing.apply(record)
+        size, value = check_record(record)  # before touching the connection (or beginning a session's transaction)
+        conn = await _async_connection(tx)
+        plan = await self._aplan(conn)
+        params = plan.encode_checked(record, size, value, OutboxTable.now(), trace_headers(self.propagate_trace))
+        await _awake(conn, plan)
+        await _aexecute(conn, plan, params)
 
     async def astash_many(self, tx: AsyncTx, records: Iterable[OutboxRecord]) -> int:
-        return await (await self.aprepare(tx)).stash_many(records)
+        conn = await _async_connection(tx)
+        plan = await self._aplan(conn)
+        params = plan.encode_many(records, trace_headers(self.propagate_trace))
+        await _awake(conn, plan)
+        if params:
+            await _aexecute(conn, plan, params)
+        return len(params)
 
 
 # One shared Stasher per (table, propagate_trace) for the module-level functions.

@@ -1,6 +1,7 @@
 """What the stasher knows of an outbox table, looked up once per engine: its layout (as its
 dialect recognises it from the columns), whether it has the key hash column, its key column's
-length, the insert statement built for it, and the dialect's bulk writer for it.
+length, the insert statement built for it, and the dialect's bulk writer for it. A stasher
+keeps what it made of them per engine (:mod:`pyharvest.stasher.plans`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import sqlalchemy as sa
 
 from pyharvest.bindings.sql.bulk_insert import BulkWriters
-from pyharvest.bindings.sql.grants import Grant, refused_grant
+from pyharvest.bindings.sql.component_grants import Grant, refused_grant
 from pyharvest.plugins.api import (
     GOHARVEST,
     KEY_HASH_COLUMN,
@@ -53,6 +54,10 @@ _lock = threading.Lock()
 _statements: dict[tuple[str, TableName, str, bool], tuple[OutboxTable, sa.Insert]] = {}
 # engine → table → its shape; weak so that disposed engines do not linger
 _shapes: weakref.WeakKeyDictionary[sa.Engine, dict[TableName, TableShape]] = weakref.WeakKeyDictionary()
+#: How many times this process has forgotten a table's shape (:func:`refused_insert`): what a
+#: stasher made of a shape before (its plan, :mod:`pyharvest.stasher.plans`) is to be made again.
+#: A number, read without the lock, so that a plan's check costs an attribute read.
+forgotten = 0
 
 
 # (table, layout) → the dialect's bulk writer per engine: the one rule bindings/sql/bulk_insert.py keeps
@@ -83,8 +88,8 @@ def shape_of(conn: sa.Connection, table: TableName) -> TableShape:
     except sa.exc.NoSuchTableError:
         raise _missing_table(conn, table) from None  # not remembered: it may be created later
     columns = {c["name"].lower(): c for c in reflected}
-    plugin = dialect_of(conn.dialect)
-    layout = (plugin.detect_layout(columns) if plugin is not None else None) or NATIVE
+    dialect = dialect_of(conn.dialect)
+    layout = (dialect.detect_layout(columns) if dialect is not None else None) or NATIVE
     key = columns.get(KEY_COLUMN)
     length = getattr(key["type"], "length", None) if key is not None else None
     key_length = length if isinstance(length, int) else None
@@ -120,8 +125,8 @@ def bulk_writers_of(outbox: OutboxTable) -> BulkWriters:
             columns = outbox.stashed_columns
 
             def ask(conn: sa.Connection) -> BulkWriter | None:
-                plugin = dialect_of(conn.dialect)
-                return None if plugin is None else plugin.bulk_writer(conn, outbox.table, columns)
+                dialect = dialect_of(conn.dialect)
+                return None if dialect is None else dialect.bulk_writer(conn, outbox.table, columns)
 
             found = _bulk_writers[key] = BulkWriters(ask)
     return found
@@ -132,10 +137,10 @@ def refused_insert(error: sa.exc.DBAPIError, engine: sa.Engine, outbox: OutboxTa
     (:class:`~pyharvest.errors.MissingGrantError`, naming the grant), or the table's key
     hash guard refusing a row written without a hash, by a shape looked up before ``reaper
     init-db --shards`` added the column; None for anything else."""
-    plugin = dialect_of(engine.dialect)
-    if plugin is not None:
+    dialect = dialect_of(engine.dialect)
+    if dialect is not None:
         grant = Grant(("INSERT",), outbox.table, "stashing records", serial_id=outbox.layout == GOHARVEST)
-        missing = refused_grant(error, engine, plugin, grant, "stasher")
+        missing = refused_grant(error, engine, dialect, grant, "stasher")
         if missing is not None:
             return missing
     return _refused_for_key_hash(error, engine, outbox)
@@ -145,10 +150,12 @@ def _refused_for_key_hash(
     error: sa.exc.DBAPIError, engine: sa.Engine, outbox: OutboxTable
 ) -> OutboxTableChangedError | None:
     """The shape is forgotten, so that the transaction run again reads the table anew."""
+    global forgotten
     if outbox.key_hash or KEY_HASH_GUARD_SUFFIX not in str(error).lower():
         return None
     with _lock:
         _shapes.get(engine, {}).pop(outbox.name, None)
+        forgotten += 1
     bulk_writers_of(outbox).forget(engine)
     return OutboxTableChangedError(
         f"the outbox table {outbox.name} now refuses rows without a key hash (`reaper init-db --shards` made it "

@@ -169,7 +169,7 @@ class CompiledConformance:
         )
 
     def test_mark_never_skips_a_locked_row(self, mark_sql: MarkSql) -> None:
-        # Skipping an older row of a key held by another transaction would publish the key's
+        # Skipping an older row of a key that another transaction has locked would publish the key's
         # newer row first.
         found = _SKIPPING.search(mark_sql.text)
         assert found is None, f"the mark skips or refuses locked rows ({found.group(0)}):\n{mark_sql.text}"

@@ -1,7 +1,7 @@
 """Conformance suite for dialect plugins: run it against a live database.
 
 A dialect author subclasses :class:`DialectConformance` in a pytest module and supplies
-the data source (and, unless the URL's backend selects the plugin, its name)::
+the data source (and, unless the URL's backend selects the dialect, its name)::
 
     from pyharvest.testing.conformance import DialectConformance
 
@@ -83,8 +83,8 @@ def _ids(records: Iterable[OutboxRecord]) -> list[int]:
 
 def _app_engine(url: sa.URL) -> sa.Engine:
     # The dialect's own engine options (SQLite's busy timeout), and room for the test's writers.
-    plugin = load_dialect(dialect_for_backend(url.get_backend_name()))
-    return sa.create_engine(url, pool_size=8, **plugin.engine_options(url))
+    dialect = load_dialect(dialect_for_backend(url.get_backend_name()))
+    return sa.create_engine(url, pool_size=8, **dialect.engine_options(url))
 
 
 class DialectConformance:

@@ -7,7 +7,7 @@ What counts as a one-off duplicate, a reorder and a loss: :mod:`~pyharvest.verif
 keys) memory), so it is fine for millions of messages. :func:`verify_topic` reads a whole
 topic back with confluent-kafka and verifies it.
 
-The parts: :mod:`~pyharvest.verify.identity` (what identifies a record, on both sides),
+The parts: :mod:`~pyharvest.verify.identity_spec` (what identifies a record, on both sides),
 :mod:`~pyharvest.verify.check` (the one-pass check), :mod:`~pyharvest.verify.report` (its
 outcome) and :mod:`~pyharvest.verify.topic` (reading a topic back).
 
@@ -19,7 +19,7 @@ outcome) and :mod:`~pyharvest.verify.topic` (reading a topic back).
 
 from pyharvest._public import publish
 from pyharvest.verify.check import verify
-from pyharvest.verify.identity import IdentitySpec, VerifyError, expected_from_records, parse_identity
+from pyharvest.verify.identity_spec import IdentitySpec, VerifyError, expected_from_records, parse_identity
 from pyharvest.verify.report import Duplicate, Reorder, VerifyReport
 from pyharvest.verify.topic import verify_topic
 

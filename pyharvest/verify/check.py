@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Final
 
 from pyharvest.core.outbox.records import OutboxRecord
-from pyharvest.verify.identity import Identity, Key, record_identity
+from pyharvest.verify.identity_spec import Identity, Key, record_identity
 from pyharvest.verify.report import Duplicate, Reorder, VerifyReport
 
 __all__ = ["verify"]

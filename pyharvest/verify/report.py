@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyharvest.verify.identity import Identity, Key
+from pyharvest.verify.identity_spec import Identity, Key
 
 __all__ = ["Duplicate", "Reorder", "VerifyReport"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from pyharvest.core.outbox.records import OutboxRecord
 from pyharvest.verify.check import verify
-from pyharvest.verify.identity import Identity, IdentitySpec, Key, VerifyError, expected_pair, parse_identity
+from pyharvest.verify.identity_spec import Identity, IdentitySpec, Key, VerifyError, expected_pair, parse_identity
 from pyharvest.verify.report import VerifyReport
 
 __all__ = ["verify_topic"]
@@ -46,7 +46,7 @@ def verify_topic(
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-    from pyharvest.bindings.kafka.logs import librdkafka_logger
+    from pyharvest.bindings.kafka.librdkafka_logs import librdkafka_logger
 
     get_identity = parse_identity(identity)
     exp = [expected_pair(item, identity) for item in expected]

@@ -27,12 +27,15 @@ def django_settings() -> Any:
     import django
     from django.conf import settings
 
-    try:  # Django's MySQL backend needs MySQLdb; PyMySQL stands in for mysqlclient
-        import pymysql
-
-        pymysql.install_as_MySQLdb()
+    try:  # Django's MySQL backend needs MySQLdb: mysqlclient's where installed (tox's mysql environment)
+        import MySQLdb  # noqa: F401
     except ImportError:
-        pass
+        try:  # else PyMySQL stands in for it
+            import pymysql
+
+            pymysql.install_as_MySQLdb()
+        except ImportError:
+            pass
     if not settings.configured:
         if str(EXAMPLE) not in sys.path:
             sys.path.insert(0, str(EXAMPLE))

@@ -8,6 +8,7 @@ data-source and command tests need no database.
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 
 import pytest
@@ -63,8 +64,8 @@ def test_migrate_creates_the_table_init_db_makes_and_zero_drops_it(django_db: Dj
     url = data_source("default")
     engine = django_db.engine()
     try:
-        plugin = load_dialect(django_db.dialect)
-        assert check_table(engine, parse_table_name("outbox"), plugin) == "native"
+        dialect = load_dialect(django_db.dialect)
+        assert check_table(engine, parse_table_name("outbox"), dialect) == "native"
         create_outbox_table(url, "outbox")  # reaper init-db: accepts the table as it is
         create_outbox_table(url, "outbox_by_init_db")
         assert columns(engine, "outbox") == columns(engine, "outbox_by_init_db")
@@ -176,6 +177,30 @@ def test_stash_many_writes_all_in_order(django_db: DjangoDatabase) -> None:
     assert list(decode_headers(got[3][3])) == [("n", "3")]
 
 
+def test_stash_serialises_values_and_adds_cloudevents_headers(django_db: DjangoDatabase) -> None:
+    # A serialiser of confluent-kafka's shape (the Schema Registry's are tested against a real
+    # registry in tests/test_typed_messages.py): called with the record topic's context.
+    from pyharvest.stasher import CloudEvents, SchemaMismatchError
+
+    def serializer(value, ctx):
+        if "id" not in value:
+            raise ValueError("'id' is a required property")
+        return f"{ctx.topic}:{json.dumps(value, sort_keys=True)}".encode()
+
+    migrate("pyharvest")
+    events = CloudEvents(source="/orders", type="order.created")
+    with transaction.atomic():
+        stash(OutboxRecord("orders", "k", {"id": 1}), value_serializer=serializer, cloud_events=events)
+        assert stash_many([OutboxRecord("orders", "k", {"id": 2})], value_serializer=serializer) == 1
+    with pytest.raises(SchemaMismatchError, match="'id' is a required property"), transaction.atomic():
+        stash(OutboxRecord("orders", "k", {"no": "id"}), value_serializer=serializer)
+    (first, second) = rows(django_db)
+    assert (first[2], second[2]) == (b'orders:{"id": 1}', b'orders:{"id": 2}')
+    headers = dict(decode_headers(first[3]))
+    assert headers["ce_source"] == "/orders" and headers["ce_type"] == "order.created" and headers["ce_id"]
+    assert headers["content-type"] == "application/octet-stream" and not list(decode_headers(second[3]))
+
+
 def test_outside_atomic_each_call_is_its_own_transaction(django_db: DjangoDatabase) -> None:
     migrate("pyharvest")
     assert connection.get_autocommit()
@@ -189,8 +214,10 @@ def test_a_bad_record_is_refused_before_anything_is_written(django_db: DjangoDat
     migrate("pyharvest")
     good = OutboxRecord("t", "k", b"v")
     with CaptureQueriesContext(connection) as queries:
+        renamed = OutboxRecord("t", "k", b"v")
+        renamed.topic = "bad topic!"  # after it was built: the stash checks again
         with pytest.raises(InvalidRecordError, match="topic"):
-            stash(OutboxRecord("bad topic!", "k", b"v"))
+            stash(renamed)
         with pytest.raises(InvalidRecordError, match="key"):
             stash_many([good, good, OutboxRecord("t", None, b"v")])  # type: ignore[arg-type]
         with pytest.raises(InvalidRecordError):

@@ -29,10 +29,13 @@ pytestmark = pytest.mark.kafka
 
 SETTINGS = """\
 try:
-    import pymysql
-    pymysql.install_as_MySQLdb()
+    import MySQLdb  # mysqlclient, where installed
 except ImportError:
-    pass
+    try:
+        import pymysql
+        pymysql.install_as_MySQLdb()
+    except ImportError:
+        pass
 
 from mysite.settings import *  # noqa: F403
 

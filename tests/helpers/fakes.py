@@ -124,6 +124,8 @@ class FakeCluster:
         self.lock = threading.RLock()
         self.logs: dict[str, list[tuple[str, bytes | str | None]]] = defaultdict(list)
         self.heartbeats = 0
+        self.heartbeats_sent = 0  # counted as well when black-holed: the leader's loop went round
+        self.polls = 0  # producer polls: a later event a test waits for before asserting absence
         self.heartbeats_pass = True  # False black-holes heartbeats (the leader should fence)
         self.fail: Callable[[Sent], DeliveryError | None] = lambda s: None
         self.in_flight_by_key: dict[str, int] = defaultdict(int)
@@ -145,6 +147,7 @@ class FakeProducer:
         with c.lock:
             sent = Sent(topic, key, value, headers, on_delivery, partition)
             if partition == 0 and topic.endswith(".neli"):
+                c.heartbeats_sent += 1
                 if c.heartbeats_pass:
                     c.heartbeats += 1
                 on_delivery(None)
@@ -157,6 +160,7 @@ class FakeProducer:
     def poll(self, timeout: float) -> int:
         c = self.c
         with c.lock:
+            c.polls += 1
             purged, c.abandoned = c.abandoned, []
         for s in purged:
             with c.lock:
@@ -204,12 +208,14 @@ class FakeLeaderConsumer:
         self.seen = 0
         self.revoke_requested = False
         self.closed = False
+        self.polls = 0  # the engine's loop went round (a later event to wait for)
 
     def subscribe(self, topic, on_assign, on_revoke) -> None:
         self.on_assign, self.on_revoke = on_assign, on_revoke
         self.c.consumers.append(self)
 
     def poll(self, timeout: float) -> int:
+        self.polls += 1
         if self.revoke_requested and self.assigned:
             self.revoke_requested = False
             self.assigned = False

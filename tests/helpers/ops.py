@@ -59,3 +59,19 @@ def metric_total(port: int, name: str) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:  # noqa: S310
         text = r.read().decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+def count_readings(reading) -> list[int]:  # noqa: ANN001 - a Periodic (the backlog counter, the outbox watch)
+    """Count the readings the ops server's background ``reading`` takes from now on: a later
+    event to wait for, such as one more read after a drain. Returns the one-item counter."""
+    done = [0]
+    read = reading.read_once
+
+    def counted():  # noqa: ANN202
+        try:
+            return read()
+        finally:
+            done[0] += 1
+
+    reading.read_once = counted  # the reading's own thread calls it on the instance
+    return done

@@ -12,14 +12,23 @@ from pyharvest import OutboxRecord, stasher
 from tests.helpers.waiting import wait_until
 
 
-def outbox_count(url: str, table: str) -> int:
+def _count(url: str, table: str, where: str = "") -> int:
     engine = sa.create_engine(url)
     try:
         with engine.connect() as c:
             quoted = ".".join(engine.dialect.identifier_preparer.quote(p) for p in table.split("."))
-            return int(c.execute(sa.text(f"SELECT COUNT(*) FROM {quoted}")).scalar_one())
+            return int(c.execute(sa.text(f"SELECT COUNT(*) FROM {quoted}{where}")).scalar_one())
     finally:
         engine.dispose()
+
+
+def outbox_count(url: str, table: str) -> int:
+    return _count(url, table)
+
+
+def marked_count(url: str, table: str) -> int:
+    """Rows a leader has marked and not yet purged: its window of records in flight."""
+    return _count(url, table, " WHERE leader_id IS NOT NULL")
 
 
 def collapse_one_off_duplicates(values: list) -> list:
@@ -117,7 +126,7 @@ class Writer:
         try:
             while not self._stop.is_set():
                 self.write(self.batch)
-                time.sleep(self.pause)
+                self._stop.wait(self.pause)  # the writer's pace, cut short by stop()
         except BaseException as e:  # noqa: BLE001
             self.errors.append(e)
 

@@ -192,6 +192,13 @@ class Spawner:
         return Reaper(self._config, self._logs / f"reaper-{self.spawned}.log")
 
 
+def pause_at_random(rnd: random.Random, low: float, high: float) -> None:
+    """The chaos tests' pause between two faults, a random span of ``low`` to ``high`` seconds."""
+    # fixed sleep: a chaos test strikes at random moments, mid-stream; the pause is that
+    # randomness (the schedule of the faults), not a wait for the system: nothing to wait on.
+    time.sleep(rnd.uniform(low, high))
+
+
 def stop_at_random(reapers: list[Reaper], spawn: Spawner, rnd: random.Random, seconds: float,
                    pause: tuple[float, float]) -> list[str]:
     """For ``seconds``: every ``pause`` seconds (a random span), SIGKILL or SIGTERM a random
@@ -199,7 +206,7 @@ def stop_at_random(reapers: list[Reaper], spawn: Spawner, rnd: random.Random, se
     actions: list[str] = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        time.sleep(rnd.uniform(*pause))
+        pause_at_random(rnd, *pause)
         victims = [r for r in reapers if shards_of(r)]
         if not victims:
             continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 import email.message
 import email.parser
 import os
+import re
 import subprocess
 import sys
 import venv
@@ -56,6 +57,16 @@ class Venv:
         env["PATH"] = f"{self.path / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         return run(list(args), cwd=self.cwd, env=env, timeout=timeout, check=check)
 
+
+
+# A Markdown link or image, or an HTML href or src, to an address without a scheme (and not an
+# anchor of the page): dead on a package index, where the page has no repository beside it.
+_RELATIVE = re.compile(r"!?\[[^\]]*\]\((?![a-z][a-z0-9+.-]*:|#)[^)]*\)|(?:href|src)=[\"'](?![a-z][a-z0-9+.-]*:|#)[^\"']*")
+
+
+def relative_links(markdown: str) -> list[str]:
+    """The links of ``markdown`` that are relative to where it is served."""
+    return _RELATIVE.findall(markdown)
 
 
 def wheel_metadata(dist: Dist) -> email.message.Message:

@@ -21,8 +21,7 @@ def main(bootstrap: str, topic: str, url: str, table: str, checkpoint: str, sour
     os.environ.update(SPARK_ENV)
     spark = spark_builder("pyharvest-stream-driver").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    from pyharvest.bindings.spark import ExactlyOnceSink, register
-    from pyharvest.bindings.spark.exactly_once import insert_rows
+    from pyharvest.bindings.spark import ExactlyOnceSink, insert_rows, register
 
     register(spark)
 
@@ -31,7 +30,9 @@ def main(bootstrap: str, topic: str, url: str, table: str, checkpoint: str, sour
                    batch.column("partition").to_pylist(), batch.column("offset").to_pylist(), strict=True)
         insert_rows(conn, table, ["k", "v", "p", "o"], rows)
         if mode == "slow":
-            time.sleep(0.3)  # widen the window in which a kill (or a second driver) lands mid-batch
+            # fixed sleep: a slow batch is the fault this mode injects: it widens the window in
+            # which a kill (or a second driver) lands mid-batch; it waits for nothing.
+            time.sleep(0.3)
 
     sink = ExactlyOnceSink(url, apply=apply, checkpoint_table=f"{table}_batches", columns=["key", "value", "partition", "offset"])
     stream = kafka_stream(spark, source, bootstrap, topic, 250 if mode == "slow" else 5000)

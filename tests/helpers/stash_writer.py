@@ -49,6 +49,8 @@ def main(url: str, table: str, topic: str, out: str, stop: str) -> None:
                     refused += 1
             committed.write("".join(f"{k} {v}\n" for k, v in batch))
             committed.flush()
+            # fixed sleep: the writer's pace (an application's commits, not a tight loop on a
+            # shared machine); its stop is a file the test creates, no Event to wait on.
             time.sleep(0.002)
     engine.dispose()
     print(f"refused {refused}", flush=True)

@@ -3,11 +3,14 @@ watermark can lag the end of a partition, so it is never trusted)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import defaultdict
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.helpers.waiting import wait_until
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 4) -> None:
@@ -23,13 +26,16 @@ def read_topic(bootstrap: str, topic: str, expect: int, timeout: float = 60.0, i
         {"bootstrap.servers": bootstrap, "group.id": "pyharvest-test-reader", "enable.auto.commit": False}
     )
     try:
-        deadline = time.monotonic() + 15
-        while True:
+        parts: dict = {}
+
+        def listed() -> bool:
+            nonlocal parts
             md = consumer.list_topics(topic, timeout=5)
             parts = md.topics[topic].partitions if topic in md.topics else {}
-            if parts or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+            return bool(parts)
+
+        with contextlib.suppress(AssertionError):  # never listed: read as no partitions, nothing came
+            wait_until(listed, 15, f"topic {topic!r} to be listed", interval=0.2)
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
         out: list[tuple[int, str, bytes | None, list]] = []
         deadline = time.monotonic() + timeout

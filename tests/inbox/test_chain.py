@@ -35,8 +35,9 @@ from pyharvest import OutboxRecord, stasher
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.verify import verify_topic
 from tests.helpers.inbox.chain_handler import tables as chain_tables
-from tests.helpers.reapers import Reaper
+from tests.helpers.reapers import Reaper, pause_at_random
 from tests.helpers.topics import create_topic
+from tests.helpers.waiting import wait_until
 
 CHAOS_SECONDS = float(os.environ.get("PYHARVEST_CHAIN_SECONDS", "15"))
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,7 +174,7 @@ def test_chain_exactly_once_under_crashes(tmp_path, kafka_bootstrap, database_ur
                         prepared.stash(OutboxRecord(topic1, k, body))
                         sequence[k] += 1
                         expected_sum[k] += amount
-                time.sleep(0.02)
+                stop_writing.wait(0.02)  # the writer's pace, cut short by the stop
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
@@ -202,7 +203,7 @@ def test_chain_exactly_once_under_crashes(tmp_path, kafka_bootstrap, database_ur
         deadline = time.monotonic() + CHAOS_SECONDS
         turn = 0
         while time.monotonic() < deadline:
-            time.sleep(rnd.uniform(2.0, 4.0))
+            pause_at_random(rnd, 2.0, 4.0)
             # Alternate so that a short run still kills both kinds at least once.
             if turn % 2 == 0:
                 victim = rnd.choice(inboxes)
@@ -223,22 +224,20 @@ def test_chain_exactly_once_under_crashes(tmp_path, kafka_bootstrap, database_ur
             w.join()
         assert not errors, errors
         total = sum(sequence.values())
-        drain = time.monotonic() + 90 + CHAOS_SECONDS
-        while time.monotonic() < drain:
-            if (
+
+        def drained() -> bool:
+            for p in inboxes:
+                assert p.proc.poll() is None, f"an inbox exited:\n{p.log()[-3000:]}"
+            return (
                 _count(engine, log_table.name) >= total
                 and _count(engine, f"{prefix}_a") == 0
                 and _count(engine, f"{prefix}_b") == 0
-            ):
-                break
-            for p in inboxes:
-                assert p.proc.poll() is None, f"an inbox exited:\n{p.log()[-3000:]}"
-            time.sleep(0.25)
-        else:
-            pytest.fail(
-                f"not drained: applied {_count(engine, log_table.name)} of {total}; "
-                f"outbox A {_count(engine, f'{prefix}_a')}, outbox B {_count(engine, f'{prefix}_b')}"
             )
+
+        wait_until(drained, 90 + CHAOS_SECONDS, lambda: (
+            f"the chain to drain: applied {_count(engine, log_table.name)} of {total}; "
+            f"outbox A {_count(engine, f'{prefix}_a')}, outbox B {_count(engine, f'{prefix}_b')}"
+        ), interval=0.25)
     finally:
         stop_writing.set()
         for w in writers:

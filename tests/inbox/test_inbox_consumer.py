@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException
 
 from pyharvest.bindings.kafka.inbox_consumer import ConfluentInboxConsumer, inbox_consumer_config
-from pyharvest.bindings.kafka.logs import librdkafka_logger
+from pyharvest.bindings.kafka.librdkafka_logs import librdkafka_logger
 from pyharvest.errors import InboxError
 from pyharvest.inbox import InboxMessage, delivery_id_for
 from tests.helpers.inbox.fakes import GROUP, TOPIC, FakeConfluentConsumer, kafka_error, kafka_message

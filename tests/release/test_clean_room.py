@@ -38,6 +38,18 @@ def test_reaper_prints_the_packages_version(user_venv: Venv, dist: Dist) -> None
     assert dist.wheel.name.startswith(f"pyharvest-{version}-")
 
 
+def test_reaper_monitoring_export_writes_the_dashboard_and_the_rules(user_venv: Venv) -> None:
+    done = user_venv.run("reaper", "monitoring", "export", "monitoring")
+    written = [Path(p) for p in done.stdout.split()]
+    assert [p.name for p in written] == ["pyharvest-alerts.yml", "pyharvest-dashboard.json"], done.stdout
+    checkout = Path(__file__).resolve().parents[2] / "pyharvest" / "monitoring"
+    for path in written:
+        assert (user_venv.cwd / path).read_bytes() == (checkout / path.name).read_bytes()
+    # Where the installed files are, for a user who would rather point at them.
+    located = user_venv.run("python", "-c", "from pyharvest.monitoring import path; print(path('pyharvest-alerts.yml'))")
+    assert Path(located.stdout.strip()).is_relative_to(user_venv.path)
+
+
 def test_the_demo_runs_on_the_embedded_default(user_venv: Venv) -> None:
     out = user_venv.run("reaper", "demo", "--records", "3000", timeout=300).stdout
     for line in ("records received  3000", "lost              0", "order per key     held", "verdict           OK"):

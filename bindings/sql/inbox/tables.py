@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from pyharvest.bindings.sql.grants import Grant
+from pyharvest.bindings.sql.component_grants import Grant
 from pyharvest.plugins.api import GeneratedId, UTCDateTime, parse_table_name
 
 __all__ = ["InboxTables"]

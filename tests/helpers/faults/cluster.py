@@ -18,15 +18,15 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from confluent_kafka.admin import AdminClient
 
-from pyharvest.bindings.kafka.probes import offsets_partition
+from pyharvest.bindings.kafka.cluster_probes import offsets_partition
 from tests.helpers.faults.proxy import FaultProxy
 from tests.helpers.fixtures.kafka import KAFKA_SCRIPT
+from tests.helpers.waiting import wait_until
 
 __all__ = ["CLUSTER_ENV", "CLUSTER_SCRIPT", "KafkaCluster", "Node"]
 
@@ -147,18 +147,21 @@ class KafkaCluster:
 
     def wait_full_isr(self, timeout: float = 120.0, topics: Iterable[str] | None = None) -> None:
         """Every node runs, and every partition has all its replicas in sync."""
-        deadline, left = time.monotonic() + timeout, ["(not checked yet)"]
-        while time.monotonic() < deadline:
+        left = ["(not checked yet)"]
+
+        def full() -> bool:
+            nonlocal left
             try:
                 metadata = self.admin().list_topics(timeout=5)
-                if len(metadata.brokers) == len(self.nodes):
-                    left = self.under_replicated(topics)
-                    if not left:
-                        return
+                if len(metadata.brokers) != len(self.nodes):
+                    left = [f"{len(metadata.brokers)} of {len(self.nodes)} brokers known"]
+                    return False
+                left = self.under_replicated(topics)
             except Exception as e:  # noqa: BLE001 - a node coming back: ask again
                 left = [str(e)]
-            time.sleep(0.25)
-        raise AssertionError(f"no full ISR within {timeout:g}s: {left[:5]}")
+            return not left
+
+        wait_until(full, timeout, lambda: f"a full ISR: {left[:5]}", interval=0.25)
 
     def delete_topics(self, topics: Iterable[str]) -> None:
         """Best effort: a cluster kept across runs recovers every partition after a SIGKILL, so

@@ -6,7 +6,7 @@ librdkafka then forgets the only broker it knew, and it has already dropped its 
 servers, so it has nothing to connect to until it bootstraps again
 (``metadata.recovery.rebootstrap.trigger.ms``, 5 minutes by default): a leader consumer never
 rejoins its group, a producer's messages all time out. That is the stuck client the heal
-replaces (:mod:`pyharvest.core.ports.stuck_clients`); this proxy makes it happen on cue instead of one run
+replaces (:mod:`pyharvest.core.healing.stuck_clients`); this proxy makes it happen on cue instead of one run
 in five under CPU load (``tests/test_broker_faults.py``).
 
 It frames the Kafka protocol both ways (a 4-byte size, then the message), so that an answer
@@ -125,6 +125,14 @@ class MetadataProxy:
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._clients: set[asyncio.StreamWriter] = set()
+
+    @property
+    def connections(self) -> int:
+        """The clients' connections open through the proxy now: none once every client has
+        forgotten the brokers it knew (librdkafka closes a connection to a broker the metadata
+        no longer lists, and has nothing left to connect to)."""
+        return len(self._clients)
 
     def hide_brokers(self) -> None:
         self.hiding = True
@@ -170,6 +178,7 @@ class MetadataProxy:
             client_writer.transport.abort()
             return
         self._writers.update((client_writer, up_writer))
+        self._clients.add(client_writer)
         to_client = asyncio.Lock()  # whole frames only, the broker's and ours
 
         async def upstream() -> None:
@@ -197,6 +206,7 @@ class MetadataProxy:
         finally:
             for t in tasks:
                 t.cancel()
+            self._clients.discard(client_writer)
             for w in (client_writer, up_writer):
                 self._writers.discard(w)
                 w.transport.abort()

@@ -350,6 +350,8 @@ class FaultProxy:
                 return
             await self._flowing.wait()
             if self._latency:
+                # fixed sleep: the latency is the fault this proxy injects (a slow network); the
+                # delay is the point, not a wait for anything.
                 await asyncio.sleep(self._latency)
                 await self._flowing.wait()  # black-holed during the delay
             writer.write(data)

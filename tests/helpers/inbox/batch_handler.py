@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import time
+import signal
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -49,4 +49,5 @@ def apply(tx: sa.Connection, messages: list[InboxMessage]) -> None:
     _write(tx, rows)
     if STALL_FILE and _calls == STALL_AFTER:
         Path(STALL_FILE).touch()
-        time.sleep(3600)  # killed here, its transaction open
+        while True:  # killed here, its transaction open (a handled signal does not end the wait)
+            signal.pause()

@@ -23,7 +23,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS
 
-from pyharvest.core.config.settings import ReaperConfig, read_yaml_file
+from pyharvest.core.config.settings import ReaperConfig
+from pyharvest.core.config.yaml_files import read_yaml_file
 from pyharvest.core.errors import ConfigError, HarvestError
 from pyharvest.core.ports.kafka import TopicError
 
@@ -44,7 +45,9 @@ def reaper_config(file: str | None = None, using: str = DEFAULT_DB_ALIAS) -> Rea
     data = apply_env_overrides(raw)
     if data.get("harvest") is None:
         data["harvest"] = {}
-    config = ReaperConfig.from_mapping(data)
+    from pyharvest.bindings.ops.config import OpsConfig
+
+    config = ReaperConfig.from_mapping(data, {"metrics": OpsConfig.from_mapping})  # every section's errors, in order
     if not config.harvest.data_source:
         config.harvest.data_source = data_source(using)
     if "outboxTable" not in data["harvest"]:

@@ -1,0 +1,111 @@
+"""Rows whose transactions commit late and out of id order are never skipped by the mark's
+key-set cursor (pyharvest.bindings.sql.mark_cursor): 20 transactions, each holding one stashed
+row, stay open while thousands of others are stashed, marked and purged, and commit in reverse
+order. Every row is marked once, against the live databases."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+import sqlalchemy as sa
+
+from pyharvest.bindings.sql import create_binding, create_outbox_table
+from pyharvest.core.outbox.records import OutboxRecord
+from pyharvest.stasher import Stasher
+from tests.helpers.outbox import outbox_count
+from tests.helpers.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(300)
+
+HELD = 20
+BETWEEN = 150  # rows stashed (and committed) by others between two of the held transactions' commits
+
+
+def test_rows_committed_late_and_in_reverse_order_are_all_marked(dialect: str, database_url: str, table_name: str):
+    if dialect == "sqlite":
+        pytest.skip("SQLite has one writer at a time: its rows commit in id order")
+    create_outbox_table(database_url, table_name)
+    binding = create_binding(database_url, table_name, mark_lookback=0.2, late_row_scan_interval=0.3)
+    engine = sa.create_engine(database_url, pool_size=HELD + 4)
+    stasher = Stasher(table_name)
+    marked: Counter[int] = Counter()
+    written = [0]
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def write() -> None:  # another service's writes, committed one small batch at a time
+        n = 0
+        try:
+            while not stop.is_set():
+                with engine.begin() as tx:
+                    stasher.stash_many(tx, [OutboxRecord("t", f"k{n + i}", b"v") for i in range(10)])
+                n += 10
+                written[0] = n
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            failures.append(e)
+
+    def harvest() -> None:  # the leader: mark, then purge what it marked
+        try:
+            while not stop.is_set():
+                records = binding.mark("leader-1", 200)
+                marked.update(r.id for r in records)
+                binding.purge([r.id for r in records])
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            failures.append(e)
+
+    threads = [threading.Thread(target=write, daemon=True), threading.Thread(target=harvest, daemon=True)]
+    held: list[tuple[sa.Connection, sa.Transaction, int]] = []
+    try:
+        for t in threads:
+            t.start()
+        for i in range(HELD):
+            conn = engine.connect()
+            tx = conn.begin()
+            stasher.stash(conn, OutboxRecord("t", f"late-{i}", b"late"))
+            row_id = conn.execute(sa.text(f"SELECT id FROM {table_name} WHERE kafka_key = :k"), {"k": f"late-{i}"}).scalar_one()
+            held.append((conn, tx, row_id))
+            since = written[0]
+            wait_until(lambda since=since: written[0] >= since + BETWEEN or failures, 60, "others' rows to be written")
+        for conn, tx, row_id in reversed(held):
+            if dialect == "postgresql":
+                # The marks have walked past the uncommitted row, and past the lookback: only the
+                # late-row scan can find it. (MariaDB's locking read waits for the row instead.)
+                assert binding.cursor is not None
+                wait_until(lambda row_id=row_id: binding.cursor.position()[1] > row_id or failures, 60,
+                           f"the marks to pass row {row_id}")
+            since = written[0]
+            wait_until(lambda since=since: written[0] >= since + BETWEEN or failures, 60, "others' rows to be written")
+            tx.commit()
+            conn.close()
+        late = {row_id for _, _, row_id in held}
+        held.clear()
+        stop_writing = written[0]
+        wait_until(lambda: written[0] > stop_writing, 30, "one more write")
+        stop.set()
+        for t in threads:
+            t.join(30)
+        assert not failures, failures
+        # What the writer left: the last marks, until the outbox is empty.
+        wait_until(lambda: not _drain(binding, marked) and outbox_count(database_url, table_name) == 0, 60,
+                   lambda: f"the outbox to empty ({outbox_count(database_url, table_name)} rows left)")
+        assert late <= set(marked), sorted(late - set(marked))
+        assert all(count == 1 for count in marked.values()), [i for i, c in marked.items() if c > 1][:10]
+        assert len(marked) == written[0] + HELD, (len(marked), written[0] + HELD)
+        if dialect == "postgresql":
+            assert binding.late_rows is not None and binding.late_rows.found >= 1
+    finally:
+        stop.set()
+        for conn, tx, _ in held:
+            tx.rollback()
+            conn.close()
+        binding.dispose()
+        engine.dispose()
+
+
+def _drain(binding, marked: Counter[int]) -> int:  # noqa: ANN001 - a SqlBinding
+    records = binding.mark("leader-1", 1000)
+    marked.update(r.id for r in records)
+    binding.purge([r.id for r in records])
+    return len(records)
