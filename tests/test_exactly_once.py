@@ -168,6 +168,63 @@ def leader(config: Config, clients, leases: list):
     return HarvestEngine(config, binding=_sql_binding(config), kafka=clients, leadership=lease)
 
 
+def test_rows_another_leader_marks_again_are_not_published_twice(
+    apache_bootstrap, database_url, table_name, topic_name
+):
+    """A deposed leader that has not noticed yet goes on marking: it takes rows this leader
+    has committed and not yet purged, and this leader's next mark takes them back. They must
+    not go out in a second transaction (read ``read_committed``, each record once)."""
+    import sqlalchemy as sa
+
+    from pyharvest.bindings.kafka.transactions import ConfluentTransactionalClients
+
+    create_outbox_table(database_url, table_name)
+    create_topic(apache_bootstrap, topic_name, partitions=2)
+    config = eos_config(apache_bootstrap, database_url, table_name)
+    expected = write_concurrently(database_url, table_name, topic_name, writers=1, per_writer=300, keys=11)
+    total = sum(len(v) for v in expected.values())
+    engine = sa.create_engine(database_url)
+    outbox = sa.table(table_name, sa.column("leader_id"))
+    other = "another-leader"
+
+    def another_leaders(where: sa.ColumnElement[bool]) -> int:
+        with engine.begin() as c:
+            return c.execute(sa.select(sa.func.count()).select_from(outbox).where(where)).scalar_one()
+
+    leases: list = []
+    harvest = leader(config, ConfluentTransactionalClients(), leases)
+    remarked = []
+    harvest.start()
+    try:
+        wait_until(lambda: harvest.binding is not None, 30, "the leader's binding")
+        purge = harvest.binding.purge
+
+        def purge_after_another_leaders_mark(ids):
+            if not remarked:  # the first committed transaction's purge: everything is in it
+                with engine.begin() as c:
+                    remarked.append(c.execute(sa.update(outbox).values(leader_id=other)).rowcount)
+                wait_until(
+                    lambda: another_leaders(outbox.c.leader_id == other) == 0,
+                    60,
+                    "the leader's mark to take back the rows another leader marked",
+                )
+            return purge(ids)
+
+        harvest.binding.purge = purge_after_another_leaders_mark  # type: ignore[method-assign]
+        leases[0].acquire()
+        wait_until(lambda: outbox_count(database_url, table_name) == 0, 90, "the leader to drain the outbox")
+    finally:
+        harvest.stop()
+        harvest.join(30)
+        engine.dispose()
+    assert remarked == [total]
+    got = read_topic(apache_bootstrap, topic_name, expect=total)
+    assert len(got) == total, f"{len(got) - total} duplicates"
+    per_key = values_per_key(got)
+    for key, values in expected.items():
+        assert per_key[key] == values
+
+
 @pytest.mark.parametrize("winner", ["fence", "commit"])
 def test_the_old_leaders_commit_racing_the_new_leaders_fence(
     winner, apache_bootstrap, database_url, table_name, topic_name

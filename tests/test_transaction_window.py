@@ -3,6 +3,7 @@ lets the main loop and the publisher's thread do."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 from pyharvest.core.outbox.records import OutboxRecord
@@ -12,8 +13,13 @@ from tests.helpers.waiting import wait_until
 S = WindowState
 
 
-def records(*keys: str) -> list[OutboxRecord]:
-    return [OutboxRecord("t", key=k, value=b"v", id=i) for i, k in enumerate(keys, 1)]
+_ids = itertools.count(1)
+
+
+def records(*keys: str, ids: list[int] | None = None) -> list[OutboxRecord]:
+    """Records with ids never used before (as the outbox's), unless ``ids`` names them."""
+    ids = ids or [next(_ids) for _ in keys]
+    return [OutboxRecord("t", key=k, value=b"v", id=i) for i, k in zip(ids, keys, strict=True)]
 
 
 def test_a_term_takes_over_before_anything_is_marked_or_published():
@@ -31,8 +37,9 @@ def test_a_term_takes_over_before_anything_is_marked_or_published():
     w.dispatch(records("b"))
     job = w.next_job(done)
     assert isinstance(job, Publish) and [r.key for r in job.batch] == ["a", "b"] and w.in_flight == 2
-    w.ended([1, 2])
-    assert w.unpurged == [1, 2] and w.in_flight == 2
+    ids = [r.id for r in job.batch]
+    w.ended(ids)
+    assert w.unpurged == ids and w.in_flight == 2
     assert w.next_job(done) == Purge()  # nothing queued to overlap it with
     w.purged(True)
     assert w.in_flight == 0
@@ -104,3 +111,35 @@ def test_held_keys_stay_out_of_transactions_until_their_retry_raises_a_remark():
     done.set()
     waiting.join(5)
     assert not waiting.is_alive()
+
+
+def published(w: TransactionWindow, done: threading.Event) -> list[int]:
+    job = w.next_job(done)
+    assert isinstance(job, Publish)
+    return [r.id for r in job.batch]
+
+
+def test_a_record_this_leader_holds_is_not_queued_again_when_another_process_marks_its_row():
+    """A deposed leader that has not noticed yet marks rows under its own id, and this
+    leader's next mark takes them back: queued, running, committed or purged during that
+    mark, none goes out twice."""
+    w, done = TransactionWindow(100), threading.Event()
+    w.lead()
+    w.taken_over()
+    w.begin_mark()
+    first = records("a", "b")
+    w.dispatch(first)
+    w.dispatch(records("a", "b", ids=[r.id for r in first]))  # queued already
+    running = published(w, done)
+    assert running == [r.id for r in first]
+    w.dispatch(records("a", "b", ids=running))  # in the running transaction
+    w.ended(running)
+    w.dispatch(records("a", "b", ids=running))  # committed, not yet purged
+    w.begin_mark()  # a mark that reads the rows before the purge deletes them ...
+    assert w.next_job(done) == Purge()
+    w.purged(True)
+    w.dispatch(records("a", "b", ids=running))  # ... and dispatches after it
+    assert w.in_flight == 0
+    w.begin_mark()  # the next mark: the purged rows are gone, new ones go out
+    w.dispatch(records("c"))
+    assert len(published(w, done)) == 1

@@ -327,6 +327,7 @@ class HarvestEngine(Lifecycle):
         # Kept if it comes during the mark: the mark may not have seen those rows.
         self._wakeup.clear()
         started = time.monotonic()
+        window.begin_mark()
         try:
             with self._spans.mark() as span:
                 records = self._binding.mark(leader_id, min(self._mark_size, free))

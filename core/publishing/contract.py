@@ -95,6 +95,10 @@ class Window(Protocol):
         """Whether the main loop may mark now; may wait up to ``wait`` seconds to know."""
         ...
 
+    def begin_mark(self) -> None:
+        """A mark is about to read the table: what it returns is dispatched next."""
+        ...
+
     def dispatch(self, records: Sequence[OutboxRecord]) -> None:
         """Take newly marked records; none while not leading or a remark is due (they stay
         marked, and the remark or the next leader takes them again)."""

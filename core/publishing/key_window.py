@@ -161,6 +161,10 @@ class KeyWindow:
         with self._cond:
             self.force_remark = True
 
+    def begin_mark(self) -> None:
+        """Nothing to note: at least once, a record another process marked again while it
+        was in flight here is published again, a duplicate its contract allows."""
+
     def dispatch(self, records: Sequence[OutboxRecord]) -> None:
         """Send newly marked records through the gate; none if dispatching has stopped (they
         stay marked, and the remark or the next leader takes them again)."""

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import cast
 
 from pyharvest.core.outbox.records import OutboxRecord
 from pyharvest.core.telemetry.logs import log
@@ -111,11 +112,22 @@ class TransactionWindow:
         self._state = WindowState.STANDBY
         self._queue: list[OutboxRecord] = []
         self._running = 0
+        # What this leader holds, by id, so that no id goes out twice: another process that
+        # still believes it leads the shard (a failover's overlap, before its fence) marks
+        # rows under its own leader id, and this leader's next mark takes them back, though
+        # they may be queued, in the running transaction, or committed already.
+        self._queued_ids: set[int] = set()
+        self._running_ids: frozenset[int] = frozenset()
+        # Ids purged since the running mark began: that mark may have read them before the
+        # purge deleted them. Ids are never reused (the dialects' DDL), so holding an id a
+        # moment too long can drop no other record.
+        self._purged_since_mark: set[int] = set()
         # The ids of the last committed transaction, until purged: purged while the next
         # transaction's records are on their way, and before it commits (rule 2). Written only
         # by the publisher's thread, always under the lock (a quiesce waits for it to empty);
         # the main loop reads its length for ``in_flight`` alone.
         self._unpurged: list[int] = []
+        self._unpurged_ids: frozenset[int] = frozenset()
         # Keys parked behind a poison record (poisonPolicy: block, or before quarantine): their
         # records stay marked and out of transactions until the retry at _retry_parked_at.
         self._parked: set[str] = set()
@@ -169,12 +181,17 @@ class TransactionWindow:
     def stop_leading(self) -> None:
         with self._cond:
             self._move(_STOP)
-            self._queue.clear()
+            self._drop_queue()
 
     def raise_remark(self) -> None:
         with self._cond:
             self._move(_REMARK_DUE)
-            self._queue.clear()
+            self._drop_queue()
+
+    def _drop_queue(self) -> None:
+        """Under the lock: what is queued stays marked, for the remark or the next leader."""
+        self._queue.clear()
+        self._queued_ids.clear()
 
     def may_mark(self, wait: float) -> bool:
         """Whether the takeover of this term is done; waits up to ``wait`` for it (it runs
@@ -184,14 +201,30 @@ class TransactionWindow:
                 self._cond.wait(wait)
             return not self._state.takeover_due
 
+    def begin_mark(self) -> None:
+        with self._cond:
+            self._purged_since_mark.clear()
+
     def dispatch(self, records: Sequence[OutboxRecord]) -> None:
         """Queue marked records for the next transaction; none while not leading or a remark
-        is due. Records queued while a takeover runs go out once it is done."""
+        is due. Records queued while a takeover runs go out once it is done. A record this
+        leader holds already (queued, in the running transaction, or committed) is not
+        queued again: another process marked its row meanwhile, and the mark took it back."""
         with self._cond:
             state = self._state
             if not state.leading or state.remark_due:
                 return
-            self._queue.extend(records)
+            held = (self._queued_ids, self._running_ids, self._unpurged_ids, self._purged_since_mark)
+            fresh = [r for r in records if not any(r.id in ids for ids in held)]
+            if len(fresh) < len(records):
+                log.info(
+                    "%d marked records are already in this leader's transactions (another process marked "
+                    "their rows meanwhile, as a leader that has not yet noticed its successor does); not "
+                    "published again",
+                    len(records) - len(fresh),
+                )
+            self._queue.extend(fresh)
+            self._queued_ids.update(cast("int", r.id) for r in fresh)
             self._cond.notify_all()
 
     def wait_for_room(self, threshold: int, timeout: float) -> None:
@@ -208,7 +241,7 @@ class TransactionWindow:
         transaction to end (committed and purged, or aborted)."""
         with self._cond:
             self._move(_STOP)
-            self._queue.clear()
+            self._drop_queue()
             waited_from = time.monotonic()
             while self._running or self._unpurged:
                 if deadline is not None and time.monotonic() > deadline:
@@ -246,11 +279,13 @@ class TransactionWindow:
                     return _PURGE
                 if publishing:
                     batch, self._queue = self._queue, []
+                    self._queued_ids = set()
                     if self._parked:
                         batch = [r for r in batch if r.key not in self._parked]
                         if not batch:
                             continue
                     self._running = len(batch)
+                    self._running_ids = frozenset(cast("int", r.id) for r in batch)
                     return Publish(batch)
                 if done.is_set():
                     return None
@@ -261,7 +296,7 @@ class TransactionWindow:
                         parked = ", ".join(sorted(self._parked)[:5])
                         log.info("retrying the keys parked behind a poison record: %s", parked)
                         self._move(_REMARK_DUE)
-                        self._queue.clear()
+                        self._drop_queue()
                         self._parked.clear()
                         continue
                     timeout = min(timeout, due)
@@ -271,8 +306,10 @@ class TransactionWindow:
         """The running batch ended: committed (its ids now wait to be purged) or not (None)."""
         with self._cond:
             self._running = 0
+            self._running_ids = frozenset()
             if committed is not None:
                 self._unpurged = committed
+                self._unpurged_ids = frozenset(committed)
             self._cond.notify_all()
 
     def fenced(self) -> None:
@@ -280,6 +317,7 @@ class TransactionWindow:
         transaction, which the progress record names and the takeover purges."""
         with self._cond:
             self._unpurged = []
+            self._unpurged_ids = frozenset()
 
     def taken_over(self) -> None:
         """The takeover is done: the last committed transaction's rows are purged."""
@@ -291,7 +329,10 @@ class TransactionWindow:
         shutting down), nothing commits until a takeover has purged them (rule 2), whichever
         process makes it."""
         with self._cond:
+            # Purged or not, they were committed: no mark may send them again.
+            self._purged_since_mark.update(self._unpurged_ids)
             self._unpurged = []
+            self._unpurged_ids = frozenset()
             if not ok:
                 self._move(_TAKEOVER_DUE)
             else:
@@ -302,7 +343,7 @@ class TransactionWindow:
         with self._cond:
             self._move(_TAKEOVER_DUE)
             self._move(_REMARK_DUE)
-            self._queue.clear()
+            self._drop_queue()
 
     def park(self, keys: Collection[str], retry_at: float) -> None:
         """Keep ``keys`` out of the next transactions until a remark at ``retry_at``."""
