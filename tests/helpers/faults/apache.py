@@ -56,18 +56,8 @@ class ApacheKafka:
         return done.stdout
 
     def start(self) -> ApacheKafka:
-        """Start it (on its existing data after a kill) and return once it serves.
-
-        A restart's JVM has been seen to exit at once, logging nothing (issue 53's open fault,
-        once in about four CI runs): that start is tried once more, and what the first attempt
-        printed (the JVM's exit status included) goes to the test's output."""
-        try:
-            self._run("start")
-        except RuntimeError as e:
-            if "the JVM exited during start" not in str(e):
-                raise
-            print(f"retrying a broker start whose JVM exited at once (issue 53): {e}")
-            self._run("start")
+        """Start it (on its existing data after a kill) and return once it serves."""
+        self._run("start")
         return self
 
     def stop(self) -> None:
