@@ -145,6 +145,11 @@ class Lease:
     def poll_due(self) -> float:
         return 0.02
 
+    broker_error = None
+
+    def leaders(self) -> dict:
+        return {}
+
     @property
     def since_last_poll(self) -> float:
         return 0.0

@@ -12,7 +12,10 @@ import threading
 import time
 from collections.abc import Callable
 from enum import Enum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from pyharvest.core.election.leader_watch import LeaderSeen
 
 __all__ = ["LeaderStatus", "Leadership", "LeaseGroup", "ShardLease", "StatusHandler"]
 
@@ -41,6 +44,15 @@ class Leadership(Protocol):
     @property
     def broker_connected(self) -> bool | None: ...
 
+    @property
+    def broker_error(self) -> str | None:
+        """Why this member cannot lead although the broker answers; None if nothing is wrong."""
+        ...
+
+    def leaders(self) -> dict[int, LeaderSeen | None]:
+        """Who leads the shards this process does not, as their last heartbeats say."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -58,6 +70,9 @@ class LeaseGroup(Protocol):
 
     @property
     def broker_connected(self) -> bool | None: ...
+
+    @property
+    def broker_error(self) -> str | None: ...
 
 
 class ShardLease:
@@ -107,6 +122,14 @@ class ShardLease:
     @property
     def broker_connected(self) -> bool | None:
         return self.group.broker_connected
+
+    @property
+    def broker_error(self) -> str | None:
+        return self.group.broker_error
+
+    def leaders(self) -> dict[int, LeaderSeen | None]:
+        """Nothing: a sharded engine's owner reads who leads every shard off the group."""
+        return {}
 
     def close(self) -> None:
         """The group is closed by its owner."""

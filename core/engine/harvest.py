@@ -158,8 +158,7 @@ class HarvestEngine(Lifecycle):
         """Who leads while this process does not, as the leader topic's last heartbeat says
         (shard 0; None: not known yet); empty while this process leads or is not running."""
         neli = self._neli
-        seen = getattr(neli, "leaders", None)
-        return seen() if callable(seen) and not self.is_leader else {}
+        return neli.leaders() if neli is not None and not self.is_leader else {}
 
     @property
     def in_flight_records(self) -> int:
@@ -204,7 +203,7 @@ class HarvestEngine(Lifecycle):
         database, database_error = self._database_probe.state(binding)
         feed = binding.feed_connected if self._unwatch is not None and isinstance(binding, ChangeFeed) else None
         return Health(self._state is State.RUNNING, self.is_leader, broker, database, feed, database_error,
-                      getattr(neli, "broker_error", None))
+                      neli.broker_error if neli is not None else None)
 
     def _open(self) -> None:
         cfg = self.config
