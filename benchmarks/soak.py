@@ -293,7 +293,7 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, object]:
     watch = Watch(bootstrap=args.bootstrap, topics=topics, keys=keys, commits=str(commits), interval=args.interval,
                   groups=max(1, round(seconds / args.interval)), grace=min(10.0, args.interval / 2), group=f"soak-watch-{tag}")
     reaper_config(args, table, f"soak-{tag}", work / "reaper.yaml")
-    lookback = json.loads(args.limits).get("markLookback", 1.0)
+    lookback = json.loads(args.limits).get("markLookback", 0.0)  # off by default
     stats = TableStats(args.database, table, cursor_rows=int(args.rate * float(lookback or 0)))
     hold: HorizonHold | None = None
     reaper_log = open(work / "reaper.log", "wb")  # noqa: SIM115 - closed below

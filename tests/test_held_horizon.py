@@ -67,7 +67,8 @@ def test_a_held_cleanup_horizon_loses_nothing_and_the_backlog_stays_bounded(
     create_outbox_table(database_url, table_name)
     create_topic(kafka_bootstrap, topic_name, partitions=4)
     writer = Writer(database_url, table_name, topic_name, keys=200, batch=100, pause=0.05)
-    h = Harvest(config(kafka_bootstrap, database_url, table_name))
+    # The key-set cursor is opt-in: what it is for is this.
+    h = Harvest(config(kafka_bootstrap, database_url, table_name, limits={"mark_lookback": 1.0}))
     holder_engine = sa.create_engine(database_url, isolation_level="AUTOCOMMIT")
     backlog = [0]
 

@@ -134,7 +134,9 @@ class Limits:
         # over stays bounded while another session holds the database's clean-up back; a row
         # that commits later than this after its id was passed waits for the late-row scan.
         # 0: every mark from the lowest id.
-        r.mark_lookback = _dflt(r.mark_lookback, 1.0)
+        # Off by default: a key-set cursor may publish a late-committed record after later ones of
+        # its key (docs/operations.md, "A shared database: the clean-up horizon").
+        r.mark_lookback = _dflt(r.mark_lookback, 0.0)
         r.late_row_scan_interval = _dflt(r.late_row_scan_interval, 5.0)
         r._validate()
         return r
