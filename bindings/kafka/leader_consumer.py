@@ -43,8 +43,10 @@ class ConfluentLeaderConsumer:
     leave its group on close by itself (KIP-345: its restart takes its partitions back), so
     :meth:`close` unsubscribes first, which does leave: a graceful stop hands over at once."""
 
-    #: How long :meth:`close` serves a static member's leave before closing.
+    #: How long :meth:`close` serves the leave (the revocation runs) before closing.
     LEAVE_TIMEOUT = 5.0
+    #: How long :meth:`close` waits for librdkafka's close (a leave sent already).
+    CLOSE_TIMEOUT = 10.0
 
     def __init__(
         self, config: KafkaConfigMap, heartbeat_timeout_ms: int | None = None, heal_after: float | None = None
@@ -236,11 +238,24 @@ class ConfluentLeaderConsumer:
         watch.replaced(f"{len(lost)} partition(s) revoked" if lost else "")
 
     def close(self) -> None:
+        """Leave the group, then close. librdkafka's cooperative close can hang for good when
+        an assignment arrives while it closes (confluentinc/librdkafka#4527, #4883; seen here in
+        the sticky-leadership test): so every member leaves first (unsubscribes, and serves its
+        revocation, as a static member must anyway), and the close runs on a thread of its own,
+        waited for ``CLOSE_TIMEOUT`` seconds at most; one that outlasts it is left to finish
+        there, said in the log, and the process's shutdown goes on."""
         if not self._closed:
             self._closed = True
-            if self._instance_id:
-                self._leave(self._consumer)
-            self._consumer.close()
+            consumer = self._consumer
+            self._leave(consumer)
+            closer = threading.Thread(target=_close, args=(consumer,), name="pyharvest-close-leader-consumer",
+                                      daemon=True)
+            closer.start()
+            closer.join(self.CLOSE_TIMEOUT)
+            if closer.is_alive():
+                log.warning("leader consumer: closing did not finish within %gs (a librdkafka hang); left to "
+                            "finish on its own thread, the group notices this member gone within its session",
+                            self.CLOSE_TIMEOUT)
 
     def _leave(self, consumer: Consumer) -> None:
         """Make a static member leave: librdkafka sends no LeaveGroup when a static member
@@ -272,4 +287,4 @@ def _close(consumer: Consumer) -> None:
     try:
         consumer.close()
     except Exception as e:  # noqa: BLE001 - it is being discarded anyway
-        log.debug("closing a replaced leader consumer: %s", e)
+        log.debug("closing a leader consumer: %s", e)
